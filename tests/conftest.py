@@ -1,0 +1,7 @@
+"""Shared fixtures. Everything runs offline: no model hub is ever contacted."""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
