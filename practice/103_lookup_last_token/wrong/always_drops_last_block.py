@@ -1,0 +1,12 @@
+"""Always gives up the last full block, even when a token beyond it is left to compute."""
+
+
+def longest_cache_hit(block_hashes, hash_to_block, num_tokens, block_size):
+    if num_tokens < 1:
+        raise ValueError("num_tokens must be at least 1")
+    hit = []
+    for h in block_hashes[:max(len(block_hashes) - 1, 0)]:
+        if h not in hash_to_block:
+            break
+        hit.append(hash_to_block[h])
+    return hit, len(hit) * block_size

@@ -1,0 +1,212 @@
+"""The exercises in practice/ and the notebook buttons of nano_engine.exercises.
+
+- Every reference solution passes its tests, every starter and every known-wrong variant fails
+  them, and every worked example in a problem.md agrees with the reference (run in-process with
+  the judge's runner core, which is what a browser would use).
+- Where an exercise's interface is a nano_engine class, the package's class passes the same tests.
+- The "Check my solution" / "Run examples" buttons, driven from code.
+"""
+
+import importlib.util
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+JUDGE = ROOT / "practice" / "judge.py"
+
+
+def load_judge() -> types.ModuleType:
+    if "practice_judge" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("practice_judge", JUDGE)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["practice_judge"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["practice_judge"]
+
+
+judge = load_judge()
+runner = judge.runner
+EXERCISES = judge.find_exercises()
+WRONG = [(ex, path) for ex in EXERCISES for path in ex.wrong_variants]
+
+
+def _judge_here(ex, path, **kwargs) -> dict:
+    return runner.judge_in_process(ex.tests, path, ex.starter, **kwargs)
+
+
+def _failures(report: dict) -> str:
+    return "\n".join(f"{t['name']}: {t['verdict']}: {t['message']} {t.get('failure')}"
+                     for t in report.get("tests", []) if t["verdict"] != "accepted") + str(report.get("load_error", ""))
+
+
+def test_the_exercises_the_issue_asks_for_exist():
+    by_number = {ex.number: ex for ex in EXERCISES}
+    assert {"101", "102", "103", "104", "105", "106", "130", "131"} <= set(by_number)
+    assert by_number["130"].difficulty == "medium" and by_number["131"].difficulty == "hard"
+    chapters = {ex.chapter for ex in EXERCISES}
+    assert chapters == {"02_prefix_cache_hashed_blocks", "03_radix_tree", "05_scheduling_and_routing"}
+
+
+@pytest.mark.parametrize("ex", EXERCISES, ids=lambda e: e.name)
+def test_reference_is_accepted(ex):
+    report = _judge_here(ex, ex.solution)
+    assert report["verdict"] == "accepted", _failures(report)
+    assert report["passed"] >= 5
+
+
+@pytest.mark.parametrize("ex", EXERCISES, ids=lambda e: e.name)
+def test_starter_is_rejected_and_raises_not_implemented(ex):
+    report = _judge_here(ex, ex.starter)
+    assert report["verdict"] == "runtime error"
+    assert any("NotImplementedError" in t["message"] for t in report["tests"])
+
+
+@pytest.mark.parametrize("ex,path", WRONG, ids=[f"{ex.number}-{p.stem}" for ex, p in WRONG])
+def test_wrong_variant_is_rejected(ex, path):
+    report = _judge_here(ex, path)
+    assert report["verdict"] in ("wrong answer", "runtime error"), report["verdict"]
+    assert report["failed"] >= 1
+
+
+@pytest.mark.parametrize("ex", EXERCISES, ids=lambda e: e.name)
+def test_problem_statement(ex):
+    meta, body = judge.parse_front_matter(ex.problem.read_text(encoding="utf-8"))
+    assert {"title", "chapter", "difficulty", "tags"} <= set(meta)
+    assert meta["difficulty"] in ("easy", "medium", "hard")
+    assert isinstance(meta["tags"], list) and meta["tags"]
+    for section in ("## Interface", "## Hints"):
+        assert section in body
+    assert judge.EXPLANATION.search(body), "an explanation folded in <details>"
+    shown = judge.reader_view(body)
+    assert "<summary>Explanation" not in shown and "## Hints" in shown
+    assert len(ex.wrong_variants) >= 3
+    assert runner.list_test_names(ex.tests, examples_only=True), "at least one test_example*"
+
+
+@pytest.mark.parametrize("ex", EXERCISES, ids=lambda e: e.name)
+def test_worked_examples_agree_with_the_reference(ex):
+    result = judge.worked_examples(ex)
+    assert result.attempted >= 4 and result.failed == 0
+
+
+@pytest.mark.parametrize("ex", EXERCISES, ids=lambda e: e.name)
+def test_starter_and_reference_have_the_same_interface(ex):
+    reference = runner.load_module(ex.solution, name="reference_under_check")
+    assert runner.missing_names(reference, ex.starter) == []
+    assert runner.required_names(ex.starter)
+
+
+# ---------------------------------------------------------------------------------------------
+# The package's classes pass the exercises' tests
+
+
+def _module(**names) -> types.ModuleType:
+    module = types.ModuleType(runner.SOLUTION_MODULE)
+    module.__dict__.update(names)
+    return module
+
+
+def _package_passes(number: str, module: types.ModuleType) -> None:
+    report = runner.run_tests(judge.get_exercise(number).tests, module)
+    assert report["verdict"] == "accepted", _failures(report)
+
+
+def test_prefix_caching_block_pool_passes_101_block_hashes():
+    prefix_cache = pytest.importorskip("nano_engine.prefix_cache", reason="nano_engine.prefix_cache not written yet")
+
+    def block_hashes(token_ids, block_size):
+        return prefix_cache.PrefixCachingBlockPool(num_blocks=1, block_size=block_size).block_hashes(token_ids)
+
+    _package_passes("101", _module(block_hashes=block_hashes))
+
+
+def test_prefix_caching_block_pool_passes_102_free_queue():
+    prefix_cache = pytest.importorskip("nano_engine.prefix_cache", reason="nano_engine.prefix_cache not written yet")
+    _package_passes("102", _module(PrefixCachingBlockPool=prefix_cache.PrefixCachingBlockPool))
+
+
+def test_prefix_caching_block_pool_passes_131_lora_and_salt():
+    prefix_cache = pytest.importorskip("nano_engine.prefix_cache", reason="nano_engine.prefix_cache not written yet")
+    _package_passes("131", _module(PrefixCachingBlockPool=prefix_cache.PrefixCachingBlockPool))
+
+
+@pytest.mark.parametrize("number", ["104", "105"])
+def test_radix_cache_passes_the_radix_exercises(number):
+    radix = pytest.importorskip("nano_engine.radix", reason="nano_engine.radix not written yet")
+    _package_passes(number, _module(RadixCache=radix.RadixCache))
+
+
+def test_a_package_class_with_a_bug_would_fail():
+    """The coincidence tests can fail: a pool whose free() forgets the reverse order is caught."""
+    prefix_cache = pytest.importorskip("nano_engine.prefix_cache", reason="nano_engine.prefix_cache not written yet")
+
+    class ForwardFree(prefix_cache.PrefixCachingBlockPool):
+        def free(self, blocks):
+            for b in blocks:
+                super().free([b])
+
+    report = runner.run_tests(judge.get_exercise("102").tests, _module(PrefixCachingBlockPool=ForwardFree))
+    assert report["verdict"] == "wrong answer"
+
+
+# ---------------------------------------------------------------------------------------------
+# Notebook side: show_problem, the buttons
+
+
+def test_show_problem_renders_markdown():
+    pytest.importorskip("IPython")
+    from nano_engine.exercises import exercise_list, show_problem
+
+    text = show_problem(104).data
+    assert not text.startswith("---") and "title:" not in text.split("\n")[0]
+    assert "*medium · chapter 03_radix_tree" in text
+    assert "# 104. Radix tree splits that inherit the lock" in text
+    assert "<summary>Explanation</summary>" in text, "folded, one click away, in a notebook"
+    table = exercise_list("03_radix_tree").data
+    assert "| 104 |" in table and "| 105 |" in table and "| 101 |" not in table
+
+
+def test_check_button_shows_verdicts(tmp_path):
+    pytest.importorskip("ipywidgets")
+    from nano_engine.exercises import check_button
+
+    wrong = judge.get_exercise("103").folder / "wrong" / "no_last_token_rule.py"
+    box = check_button(103, file=wrong, timeout=5)
+    assert "103_lookup_last_token/wrong/no_last_token_rule.py" in box.result.value
+    box.run_button.click()
+    html = box.result.value
+    assert "(examples only)" in html and "1 passed, 1 failed" in html
+    assert "test_example_full_hit_gives_up_the_last_block" in html and "wrong answer" in html
+    assert "expected: <code>([7], 4)</code>" in html and "got: <code>([7, 3], 8)</code>" in html
+    box.check_button.click()
+    assert "wrong answer" in box.result.value and "(examples only)" not in box.result.value
+    assert "test_random_against_brute_force" in box.result.value
+
+    good = check_button(103, file=judge.get_exercise("103").solution)
+    good.check_button.click()
+    assert "accepted" in good.result.value and "10 passed, 0 failed" in good.result.value
+
+
+def test_check_button_without_a_file_says_how_to_start(tmp_path):
+    pytest.importorskip("ipywidgets")
+    from nano_engine.exercises import check_button
+
+    box = check_button(101, workspace=tmp_path)
+    assert "judge.py start 101" in box.result.value
+    box.check_button.click()
+    assert "no such file" in box.result.value and "judge.py start 101" in box.result.value
+
+
+def test_check_button_reports_a_timeout(tmp_path):
+    pytest.importorskip("ipywidgets")
+    from nano_engine.exercises import check_button
+
+    path = tmp_path / "spin.py"
+    path.write_text("def block_hashes(token_ids, block_size):\n    while True:\n        pass\n")
+    box = check_button(101, file=path, timeout=0.5)
+    box.run_button.click()
+    assert box.result.value.count("timeout") >= 2
+    assert "your file line 2" in box.result.value or "your file line 3" in box.result.value

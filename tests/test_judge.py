@@ -1,0 +1,418 @@
+"""The practice judge (practice/judge.py and its core, practice/runner.py).
+
+Most tests drive the command line the way a reader does, in a temporary workspace (the
+NANO_ENGINE_WORKSPACE environment variable), with short time limits. The runner core is also
+tested in-process, since it is meant to run without a subprocess (notebook kernel, browser).
+"""
+
+import ast
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import types
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PRACTICE = ROOT / "practice"
+JUDGE = PRACTICE / "judge.py"
+CLOSING_LINE = re.compile(r"^\d+ passed, \d+ failed$")
+
+
+def load_judge() -> types.ModuleType:
+    if "practice_judge" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("practice_judge", JUDGE)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["practice_judge"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["practice_judge"]
+
+
+judge = load_judge()
+runner = judge.runner
+
+
+@pytest.fixture
+def workspace(tmp_path):
+    return tmp_path / "workspace"
+
+
+def run(*args: str, workspace: Path, cwd: Path = ROOT, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "NANO_ENGINE_WORKSPACE": str(workspace), "NO_COLOR": "1"}
+    return subprocess.run([sys.executable, str(JUDGE), *args], capture_output=True, text=True,
+                          cwd=str(cwd), env=env, timeout=timeout)
+
+
+def write(path: Path, source: str) -> Path:
+    path.write_text(textwrap.dedent(source), encoding="utf-8")
+    return path
+
+
+def last_line(proc: subprocess.CompletedProcess) -> str:
+    return proc.stdout.rstrip().splitlines()[-1]
+
+
+# ---------------------------------------------------------------------------------------------
+# The exercises as a whole
+
+
+def test_check_passes(workspace):
+    proc = run("check", "--json", workspace=workspace, timeout=300)
+    result = json.loads(proc.stdout)
+    problems = {r["exercise"]: r["problems"] for r in result["exercises"] if r["problems"]}
+    assert problems == {}
+    assert result["ok"] and proc.returncode == 0
+    numbers = {r["exercise"] for r in result["exercises"]}
+    assert {"101", "102", "103", "104", "105", "106", "130", "131"} <= numbers
+    for r in result["exercises"]:
+        wrong = [f for f in r["files"] if f["file"].startswith("wrong/")]
+        assert len(wrong) >= 3 and all(f["ok"] and f["caught_by"] for f in wrong), r["exercise"]
+        assert r["examples"] >= 1 and r["worked_examples"] >= 1
+
+
+def test_check_reports_a_broken_exercise(tmp_path):
+    """`check` must fail when a reference is wrong or a "wrong" variant is accepted: copy an
+    exercise, swap its reference and one of its wrong variants, and check the copy."""
+    import shutil
+    root = tmp_path / "practice"
+    shutil.copytree(PRACTICE / "103_lookup_last_token", root / "103_lookup_last_token")
+    ex = judge.get_exercise("103", root=root)
+    shutil.copyfile(ex.solution, ex.folder / "wrong" / "not_wrong.py")
+    shutil.copyfile(ex.folder / "wrong" / "no_last_token_rule.py", ex.solution)
+    result = judge.check_exercise(ex, timeout=5)
+    assert not result["ok"]
+    assert any(p.startswith("reference: expected accepted") for p in result["problems"])
+    assert any("worked example" in p for p in result["problems"])
+    assert any(p.startswith("wrong/not_wrong.py: expected rejected") for p in result["problems"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Verdicts
+
+
+def test_solution_is_accepted_from_any_directory(tmp_path, workspace):
+    proc = run("solution", "101", workspace=workspace, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "verdict: accepted" in proc.stdout
+    assert re.fullmatch(r"9 passed, 0 failed", last_line(proc))
+
+
+def test_wrong_answer_shows_line_expected_got_and_locals(workspace):
+    wrong = PRACTICE / "101_chained_block_hashes" / "wrong" / "no_parent.py"
+    proc = run("test", "101", "--file", str(wrong), workspace=workspace)
+    assert proc.returncode == 1
+    assert "wrong answer   test_parent_is_in_the_hash" in proc.stdout
+    assert 'test.py line 26:  assert a[1] != c[1], "block [3, 4] after a different first block' in proc.stdout
+    assert re.search(r"expected: != -?\d+\n\s+got:\s+-?\d+", proc.stdout)
+    assert re.search(r"^\s+c\s+= \[-?\d+, -?\d+\]$", proc.stdout, re.M), "the test's locals are listed"
+    assert last_line(proc) == "6 passed, 3 failed"
+
+    report = json.loads(run("test", "101", "--file", str(wrong), "--json", workspace=workspace).stdout)
+    assert report["verdict"] == "wrong answer" and report["summary"] == "6 passed, 3 failed"
+    failed = next(t for t in report["tests"] if t["name"] == "test_repeated_blocks_hash_differently")
+    assert failed["failure"]["expected"] == "3" and failed["failure"]["got"] == "1"
+    assert failed["failure"]["test"]["lineno"] == 32
+    assert set(failed["failure"]["test"]["locals"]) == {"hashes", "distinct"}
+
+
+def test_runtime_error_points_at_the_readers_line(tmp_path, workspace):
+    path = write(tmp_path / "crash.py", """\
+        def block_hashes(token_ids, block_size):
+            total = len(token_ids)
+            return [total // (block_size - block_size)]
+        """)
+    proc = run("test", "101", "--run", "--file", str(path), workspace=workspace)
+    assert proc.returncode == 1
+    assert "runtime error  test_example_counts_full_blocks_only" in proc.stdout
+    assert "ZeroDivisionError" in proc.stdout
+    assert "your file line 3:  return [total // (block_size - block_size)]" in proc.stdout
+    assert re.search(r"total\s+= 5", proc.stdout)
+    assert "called from test.py line 10" in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert last_line(proc) == "0 passed, 2 failed"
+
+
+def test_starter_is_a_runtime_error_that_says_so(workspace):
+    proc = run("test", "104", "--file", str(PRACTICE / "104_radix_split_lock" / "starter.py"), workspace=workspace)
+    assert proc.returncode == 1
+    assert "this is still the starter's placeholder" in proc.stdout
+    assert "verdict: runtime error" in proc.stdout
+
+
+def test_syntax_error_is_a_compile_error(tmp_path, workspace):
+    path = write(tmp_path / "broken.py", """\
+        def block_hashes(token_ids, block_size:
+            return []
+        """)
+    proc = run("test", "101", "--file", str(path), workspace=workspace)
+    assert proc.returncode == 1
+    assert "compile error: SyntaxError" in proc.stdout
+    assert "your file line 1:  def block_hashes(token_ids, block_size:" in proc.stdout
+    assert "verdict: compile error" in proc.stdout
+    assert last_line(proc) == "0 passed, 9 failed"
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_missing_function_and_method_are_named(tmp_path, workspace):
+    path = write(tmp_path / "misnamed.py", """\
+        def block_hash(token_ids, block_size):
+            return []
+        """)
+    proc = run("test", "101", "--file", str(path), workspace=workspace)
+    assert proc.returncode == 1
+    assert "`block_hashes` is not defined (expected: def block_hashes(token_ids: list[int], block_size: int))" in proc.stdout
+    assert "verdict: runtime error" in proc.stdout
+
+    source = (PRACTICE / "102_free_queue_lru" / "solution.py").read_text()
+    path = write(tmp_path / "no_touch.py", source.replace("def touch(", "def _touch("))
+    report = json.loads(run("test", "102", "--file", str(path), "--json", workspace=workspace).stdout)
+    assert report["verdict"] == "runtime error"
+    assert "class `PrefixCachingBlockPool` has no method `touch`" in report["load_error"]["message"]
+
+
+def test_module_level_exception_is_a_runtime_error(tmp_path, workspace):
+    path = write(tmp_path / "mod.py", """\
+        print("loading")
+        x = undefined_name + 1
+        """)
+    report = json.loads(run("test", "101", "--file", str(path), "--json", workspace=workspace).stdout)
+    assert report["verdict"] == "runtime error"
+    assert report["load_error"]["message"].startswith("NameError")
+    assert report["load_error"]["lineno"] == 2
+    assert "loading" in report["stderr"]
+
+
+def test_endless_loop_is_a_timeout_with_the_line_it_was_stuck_on(tmp_path, workspace):
+    path = write(tmp_path / "loop.py", """\
+        def block_hashes(token_ids, block_size):
+            hashes, i = [], 0
+            while i < len(token_ids):
+                hashes.append(i)
+            return hashes
+        """)
+    proc = run("test", "101", "--run", "--timeout", "0.5", "--file", str(path), workspace=workspace)
+    assert proc.returncode == 1
+    assert proc.stdout.count("timeout        test_example") == 2
+    assert "did not finish within 0.5 s" in proc.stdout
+    assert re.search(r"at your file line [34]:", proc.stdout)
+    assert re.search(r"^\s+i\s+= 0$", proc.stdout, re.M)
+    assert "verdict: timeout" in proc.stdout
+    assert last_line(proc) == "0 passed, 2 failed"
+
+
+def test_tests_after_a_timeout_still_run(tmp_path, workspace):
+    reference = (PRACTICE / "101_chained_block_hashes" / "solution.py").read_text()
+    path = write(tmp_path / "loops_once.py", reference.replace(
+        "    hashes, parent = [], None\n",
+        "    hashes, parent = [], None\n    while len(token_ids) == 48:\n        pass\n"))
+    report = json.loads(run("test", "101", "--timeout", "1", "--file", str(path), "--json", workspace=workspace).stdout)
+    verdicts = {t["name"]: t["verdict"] for t in report["tests"]}
+    assert verdicts.pop("test_block_size_one_and_exact_multiple") == "timeout"
+    assert set(verdicts.values()) == {"accepted"}, "the tests after the timeout ran in a fresh process"
+    assert (report["verdict"], report["summary"]) == ("timeout", "8 passed, 1 failed")
+
+
+def test_endless_loop_at_module_level_is_a_timeout(tmp_path, workspace):
+    path = write(tmp_path / "spin.py", "while True:\n    pass\n")
+    report = json.loads(run("test", "101", "--run", "--timeout", "0.5", "--file", str(path), "--json",
+                            workspace=workspace).stdout)
+    assert report["verdict"] == "timeout"
+    assert report["load_error"]["where"]["lineno"] in (1, 2)
+    assert report["summary"] == "0 passed, 2 failed"
+
+
+def test_a_process_that_dies_is_a_runtime_error_per_test(tmp_path, workspace):
+    path = write(tmp_path / "exits.py", """\
+        import os
+        def block_hashes(token_ids, block_size):
+            os._exit(7)
+        """)
+    report = json.loads(run("test", "101", "--run", "--file", str(path), "--json", workspace=workspace).stdout)
+    assert [t["verdict"] for t in report["tests"]] == ["runtime error", "runtime error"]
+    assert all("the Python process ended during this test (exit code 7)" in t["message"] for t in report["tests"])
+
+
+def test_sys_exit_inside_a_test_is_a_runtime_error(tmp_path, workspace):
+    path = write(tmp_path / "sysexit.py", """\
+        import sys
+        def block_hashes(token_ids, block_size):
+            print("leaving")
+            sys.exit(3)
+        """)
+    report = json.loads(run("test", "101", "--run", "--file", str(path), "--json", workspace=workspace).stdout)
+    first = report["tests"][0]
+    assert first["verdict"] == "runtime error" and first["message"] == "SystemExit: 3"
+    assert first["stdout"] == "leaving\n"
+    assert first["failure"]["yours"]["lineno"] == 4
+
+
+def test_exit_codes(workspace):
+    assert run("solution", "103", workspace=workspace).returncode == 0
+    wrong = PRACTICE / "103_lookup_last_token" / "wrong" / "skips_misses.py"
+    assert run("test", "103", "--file", str(wrong), workspace=workspace).returncode == 1
+    unknown = run("test", "999", workspace=workspace)
+    assert unknown.returncode == 2 and "no exercise '999'" in unknown.stderr
+    missing = run("test", "103", workspace=workspace)
+    assert missing.returncode == 2 and "judge.py start 103" in missing.stderr
+    as_json = run("test", "103", "--json", workspace=workspace)
+    assert as_json.returncode == 2 and "error" in json.loads(as_json.stdout)
+
+
+def test_examples_only_runs_the_example_tests(workspace):
+    report = json.loads(run("solution", "105", "--run", "--json", workspace=workspace).stdout)
+    names = [t["name"] for t in report["tests"]]
+    assert names and all(n.startswith("test_example") for n in names)
+    assert report["mode"] == "examples"
+
+
+# ---------------------------------------------------------------------------------------------
+# Workspace: start, list, remembered results
+
+
+def test_start_copies_the_starter_and_never_overwrites_without_force(workspace):
+    ex = judge.get_exercise("101")
+    target = workspace / "101_chained_block_hashes.py"
+    proc = run("start", "101", workspace=workspace)
+    assert proc.returncode == 0
+    assert target.read_text() == ex.starter.read_text()
+    assert "# 101. Chained block hashes" in proc.stdout
+    assert "## Worked examples" in proc.stdout
+    assert "Attention makes the KV of a token" not in proc.stdout, "the explanation stays hidden"
+
+    target.write_text("# my work\n")
+    proc = run("start", "101", workspace=workspace)
+    assert proc.returncode == 0 and "kept your existing file" in proc.stdout
+    assert target.read_text() == "# my work\n"
+
+    proc = run("start", "101", "--force", workspace=workspace)
+    assert proc.returncode == 0
+    assert target.read_text() == ex.starter.read_text()
+    assert (workspace / "101_chained_block_hashes.py.bak").read_text() == "# my work\n"
+
+
+def test_list_shows_status_and_remembers_acceptance(workspace):
+    rows = json.loads(run("list", "--json", workspace=workspace).stdout)
+    assert [r["number"] for r in rows] == sorted((r["number"] for r in rows), key=int)
+    assert {r["status"] for r in rows} == {"not started"}
+    assert all(r["title"] and r["difficulty"] and r["chapter"] for r in rows)
+
+    run("start", "103", workspace=workspace)
+    mine = workspace / "103_lookup_last_token.py"
+    mine.write_text((PRACTICE / "103_lookup_last_token" / "solution.py").read_text())
+    status = {r["number"]: r["status"] for r in json.loads(run("list", "--json", workspace=workspace).stdout)}
+    assert status["103"] == "started"
+    assert run("test", "103", "--run", workspace=workspace).returncode == 0
+    status = {r["number"]: r["status"] for r in json.loads(run("list", "--json", workspace=workspace).stdout)}
+    assert status["103"] == "started", "passing the examples is not acceptance"
+    assert run("test", "103", workspace=workspace).returncode == 0
+    text = run("list", workspace=workspace).stdout
+    assert re.search(r"^\s*103\s+Lookup with the last-token rule\s+easy\s+02_prefix_cache_hashed_blocks\s+accepted$",
+                     text, re.M)
+    mine.write_text(mine.read_text() + "\n# tidied up\n")
+    status = {r["number"]: r["status"] for r in json.loads(run("list", "--json", workspace=workspace).stdout)}
+    assert status["103"] == "accepted (edited since)"
+
+
+def test_doctor(workspace):
+    proc = run("doctor", "--json", workspace=workspace)
+    result = json.loads(proc.stdout)
+    names = {c["name"] for c in result["checks"]}
+    assert {"python", "exercises", "workspace", "pytest", "torch", "numpy", "ipywidgets", "dot",
+            "nano_engine"} <= names
+    assert result["ok"] and proc.returncode == 0
+    checks = {c["name"]: c for c in result["checks"]}
+    assert checks["nano_engine"]["ok"], checks["nano_engine"]["detail"]
+    text = run("doctor", workspace=workspace).stdout
+    assert "python" in text and "ready to practise" in text
+
+
+# ---------------------------------------------------------------------------------------------
+# The runner core, in-process
+
+
+def test_runner_core_needs_no_subprocess():
+    tree = ast.parse((PRACTICE / "runner.py").read_text())
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                for alias in node.names}
+    imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    assert "subprocess" not in imported
+    assert imported <= set(sys.stdlib_module_names) | {"__future__"}
+
+
+def test_judge_in_process():
+    ex = judge.get_exercise("105")
+    report = runner.judge_in_process(ex.tests, ex.solution, ex.starter)
+    assert report["verdict"] == "accepted" and report["failed"] == 0
+    wrong = runner.judge_in_process(ex.tests, ex.folder / "wrong" / "no_parent_push.py", ex.starter, examples_only=True)
+    assert wrong["verdict"] == "wrong answer"
+    assert wrong["summary"] == "1 passed, 1 failed"
+
+
+def test_assertion_rewriting(tmp_path):
+    tests = write(tmp_path / "test.py", """\
+        from solution_under_test import double
+
+        def test_example_equal():
+            got = double(2)
+            assert got == 5, "two doubled"
+
+        def test_membership():
+            values = [double(x) for x in range(3)]
+            assert 3 in values
+
+        def test_truthiness():
+            assert double(0)
+
+        def test_multi_line():
+            assert (
+                double(1) == 3
+            )
+
+        def test_side_effects_once():
+            calls = []
+            def once():
+                calls.append(1)
+                return len(calls)
+            assert once() == 1
+            assert calls == [1], "each side of an assert is evaluated once"
+
+        def test_chained():
+            assert 1 < double(1) < 2
+
+        def test_passes():
+            assert double(3) == 6
+        """)
+    module = types.ModuleType("solution_under_test")
+    exec("def double(x):\n    return 2 * x\n", module.__dict__)
+    report = runner.run_tests(tests, module)
+    by_name = {t["name"]: t for t in report["tests"]}
+    assert report["summary"] == "2 passed, 5 failed"
+    equal = by_name["test_example_equal"]["failure"]
+    assert (equal["expected"], equal["got"], equal["message"]) == ("5", "4", "two doubled")
+    assert equal["test"]["lineno"] == 5 and equal["test"]["locals"] == {"got": "4"}
+    member = by_name["test_membership"]["failure"]
+    assert (member["expected"], member["got"]) == ("in [0, 2, 4]", "3")
+    truth = by_name["test_truthiness"]["failure"]
+    assert (truth["expected"], truth["got"]) == ("a true value", "0")
+    multi = by_name["test_multi_line"]["failure"]
+    assert multi["test"]["lineno"] == 15 and "double(1) == 3" in multi["expression"]
+    assert by_name["test_side_effects_once"]["verdict"] == "accepted"
+    assert by_name["test_chained"]["verdict"] == "wrong answer"
+    assert {t["verdict"] for t in report["tests"]} == {"accepted", "wrong answer"}
+
+
+def test_safe_repr_is_bounded():
+    class Broken:
+        def __repr__(self):
+            raise RuntimeError("nope")
+
+    assert runner.safe_repr(Broken()).startswith("<repr failed: RuntimeError")
+    huge = runner.safe_repr(list(range(10**6)))
+    assert len(huge) <= runner.REPR_LIMIT and huge.endswith("...]")
+    from collections import OrderedDict
+    assert runner.safe_repr(OrderedDict.fromkeys([3, 2, 1])) == "OrderedDict({3: None, 2: None, 1: None})"
