@@ -58,11 +58,11 @@ class Qwen3Config:
             rope = raw.get("rope_parameters") or {}
             if "rope_theta" in rope:
                 raw["rope_theta"] = rope["rope_theta"]
-        if raw.get("head_dim") is None:
-            raw["head_dim"] = raw["hidden_size"] // raw["num_attention_heads"]
         missing = sorted(_REQUIRED_KEYS - raw.keys())
         if missing:
             raise ValueError(f"{source}: missing required keys {missing}")
+        if raw.get("head_dim") is None:
+            raw["head_dim"] = raw["hidden_size"] // raw["num_attention_heads"]
         names = {f.name for f in fields(cls)}
         return cls(**{k: raw[k] for k in names if k in raw})
 
