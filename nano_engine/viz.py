@@ -1,0 +1,442 @@
+"""viz.py - pictures of the two prefix caches, for the notebooks.
+
+``draw_radix(tree)`` draws a ``RadixCache`` and ``draw_block_pool(pool)`` a
+``PrefixCachingBlockPool``. Both return a ``graphviz.Digraph``: the last expression of a notebook
+cell renders it inline, ``.source`` is its DOT text, ``.pipe(format="svg")`` renders it (this needs
+Graphviz's ``dot`` program; the ``graphviz`` Python package only writes DOT).
+
+The two pictures share one colour code, so a reader who learns it once reads both:
+
+* orange: in use. A radix node some request has locked (``lock_ref > 0``, *protected*), or a block
+  with a reference count above zero. Eviction cannot touch it.
+* blue: cached but unused. An unlocked radix node (*evictable*), or a free block that still holds
+  its hash. It can serve a hit, and it is what eviction takes.
+* white: a free block that caches nothing.
+* green: the path the last lookup walked. Purple: the node the last split created.
+* red, dashed: what the last eviction removed (radix leaves appear as ghosts under their old
+  parent; blocks are marked where they were overwritten).
+
+``grouped_bars`` is the one chart helper: grouped bar charts of tables such as hit rate per
+workload and method.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+import graphviz
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from nano_engine.prefix_cache import PrefixCachingBlockPool
+    from nano_engine.radix import Node, RadixCache
+
+
+class Tokenizer(Protocol):
+    """Anything with a Hugging Face style ``decode(ids) -> str`` (``AutoTokenizer`` qualifies)."""
+
+    def decode(self, ids: list[int]) -> str: ...
+
+
+COLORS = {
+    "protected": "#E8862E",  # border of locked nodes / referenced blocks
+    "protected_fill": "#FDE8D5",
+    "evictable": "#3E83C3",  # border of unlocked nodes / cached free blocks
+    "evictable_fill": "#DCEAF8",
+    "empty": "#A9A9A9",  # border of free blocks holding nothing
+    "empty_fill": "#FFFFFF",
+    "root": "#7F7F7F",
+    "root_fill": "#EFEFEF",
+    "match": "#2A9D5C",  # the last match / insert path
+    "split": "#8E44AD",  # the node the last split created
+    "evicted": "#D64541",  # what the last eviction removed
+    "text": "#222222",
+    "muted": "#6B6B6B",
+    "ghost_text": "#9A9A9A",
+}
+"""The colour code of both pictures (tests look for these in the DOT source)."""
+
+FONT = "Helvetica"
+MONO = "Courier"
+
+
+# ------------------------------------------------------------------------------- formatting
+
+
+def format_tokens(tokens: Sequence[int], tokenizer: Tokenizer | None = None, max_tokens: int = 6,
+                  max_chars: int = 28) -> str:
+    """A run of tokens as short text: ``[1, 2, 3]``, or ``"an apple"`` with a tokenizer.
+
+    Long runs keep their ends and elide the middle (``[1, 2, 3, …, 98, 99]``), because the ends are
+    what tell two neighbouring runs apart. Newlines and tabs are made visible.
+    """
+    tokens = [int(t) for t in tokens]
+    if tokenizer is not None:
+        text = tokenizer.decode(tokens).replace("\n", "⏎").replace("\t", "⇥")
+        if len(text) > max_chars:
+            keep = max_chars // 2
+            text = f"{text[:keep]}…{text[-(max_chars - keep - 1):]}"
+        return f'"{text}"'
+    if len(tokens) > max_tokens:
+        head, tail = (max_tokens + 1) // 2, max_tokens // 2
+        return "[" + ", ".join(map(str, tokens[:head])) + ", …, " + ", ".join(map(str, tokens[-tail:])) + "]"
+    return "[" + ", ".join(map(str, tokens)) + "]"
+
+
+def format_split(key_before: Sequence[int], at: int, tokenizer: Tokenizer | None = None,
+                 max_tokens: int = 6) -> str:
+    """A run with a bar where it was cut: ``[1, 2, 3 | 4, 5]``, or ``"an apple is| red"`` as text
+    (the text keeps its own spaces, so the bar sits exactly at the token boundary)."""
+    front = format_tokens(key_before[:at], tokenizer, max_tokens)
+    back = format_tokens(key_before[at:], tokenizer, max_tokens)
+    return f"{front[:-1]}|{back[1:]}" if tokenizer is not None else f"{front[:-1]} | {back[1:]}"
+
+
+def format_slots(slots: Sequence[int], max_runs: int = 3) -> str:
+    """KV slots as ranges: ``10-12, 20-21``. Slots are usually consecutive, so this stays short."""
+    runs: list[list[int]] = []
+    for s in slots:
+        if runs and s == runs[-1][1] + 1:
+            runs[-1][1] = s
+        else:
+            runs.append([s, s])
+    parts = [str(a) if a == b else f"{a}-{b}" for a, b in runs]
+    if len(parts) > max_runs:
+        parts = parts[:max_runs - 1] + [f"… ({len(runs)} runs)"]
+    return ", ".join(parts) if parts else "none"
+
+
+def short_hash(h: int, digits: int = 4) -> str:
+    """The last ``digits`` hex digits of a block hash, e.g. ``#3fa2``: enough to tell blocks apart."""
+    return "#" + format(h % (1 << 64), "016x")[-digits:]
+
+
+def _esc(text: str) -> str:
+    return html.escape(text, quote=True)
+
+
+def _label(lines: list[str]) -> str:
+    """An HTML-like label: one left-aligned table row per (already formatted) line."""
+    rows = "".join(f'<TR><TD ALIGN="LEFT">{line}</TD></TR>' for line in lines)
+    return f'<<TABLE BORDER="0" CELLBORDER="0" CELLSPACING="0" CELLPADDING="1">{rows}</TABLE>>'
+
+
+def _font(text: str, size: int = 11, color: str | None = None, face: str | None = None,
+          bold: bool = False) -> str:
+    attrs = f' POINT-SIZE="{size}"'
+    if color:
+        attrs += f' COLOR="{color}"'
+    if face:
+        attrs += f' FACE="{face}"'
+    body = f"<B>{text}</B>" if bold else text
+    return f"<FONT{attrs}>{body}</FONT>"
+
+
+def _swatch(text: str, fill: str, border: str, style: str = "rounded", width: int = 1) -> str:
+    """One legend cell drawn like the thing it explains."""
+    return (f'<TD BGCOLOR="{fill}" COLOR="{border}" BORDER="{width}" STYLE="{style}" '
+            f'CELLPADDING="4">{_font(_esc(text), 10)}</TD>')
+
+
+def _legend_row(cells: list[str], caption: str | None = None) -> str:
+    caption_row = (f'<TR><TD COLSPAN="{len(cells)}" ALIGN="LEFT">{_font(_esc(caption), 10, COLORS["muted"])}'
+                   f'</TD></TR>' if caption else "")
+    return (f'<<TABLE BORDER="0" CELLBORDER="0" CELLSPACING="6">{caption_row}<TR>{"".join(cells)}</TR>'
+            f'</TABLE>>')
+
+
+def _digraph(name: str, rankdir: str, title: str | None) -> graphviz.Digraph:
+    g = graphviz.Digraph(name)
+    g.attr(rankdir=rankdir, fontname=FONT, nodesep="0.25", ranksep="0.35", pad="0.2",
+           bgcolor="white", labelloc="b", labeljust="l")
+    if title:
+        g.attr(label=title)
+    g.attr("node", fontname=FONT, fontsize="11", fontcolor=COLORS["text"], margin="0.12,0.06")
+    g.attr("edge", color="#9A9A9A", arrowsize="0.7", penwidth="1.2")
+    return g
+
+
+# ------------------------------------------------------------------------------- radix tree
+
+
+def draw_radix(
+    tree: RadixCache,
+    tokenizer: Tokenizer | None = None,
+    *,
+    show_match: bool = True,
+    show_split: bool = True,
+    show_evicted: bool = True,
+    max_tokens: int = 6,
+    rankdir: str = "TB",
+    legend: bool = True,
+) -> graphviz.Digraph:
+    """Draw a radix tree: one box per node, coloured protected (orange) or evictable (blue).
+
+    Each box shows the node's token run (decoded when ``tokenizer`` is given; long runs elided in
+    the middle), its KV slots, lock count (``lock_ref``) and last access time. Highlighted, each
+    switchable: the path of the last ``match_prefix``/``insert`` (green), the node the last split
+    created (purple), and the nodes the last ``evict`` removed, drawn dashed under their old parent.
+    """
+    if rankdir not in ("TB", "LR"):
+        raise ValueError(f"rankdir must be 'TB' or 'LR', got {rankdir!r}")
+    live = list(tree.nodes())
+    live_ids = {n.id for n in live}
+    path = [n for n in tree.last_match_path if n.id in live_ids] if show_match else []
+    on_path = {n.id for n in path}
+    path_edges = {(a.id, b.id) for a, b in zip(path, path[1:])}
+    split = tree.last_split if show_split and tree.last_split is not None else None
+    split_id = split.id if split is not None and split.id in live_ids else None
+
+    g = _digraph("radix", rankdir, None)
+    for node in live:
+        g.node(f"n{node.id}", **_radix_node_style(tree, node, tokenizer, max_tokens,
+                                                    on_path=node.id in on_path,
+                                                    split=node.id == split_id))
+        if node.parent is not None:
+            edge = (node.parent.id, node.id)
+            if edge in path_edges:
+                g.edge(f"n{edge[0]}", f"n{edge[1]}", color=COLORS["match"], penwidth="2.6")
+            else:
+                g.edge(f"n{edge[0]}", f"n{edge[1]}")
+
+    ghosts = _evicted_with_parents(tree) if show_evicted else []
+    ghost_ids = {n.id for n, _ in ghosts}
+    for node, parent in ghosts:
+        g.node(f"n{node.id}", **_ghost_style(node, tokenizer, max_tokens))
+        if parent.id in live_ids or parent.id in ghost_ids:
+            g.edge(f"n{parent.id}", f"n{node.id}", color=COLORS["evicted"], style="dashed",
+                   arrowhead="none")
+
+    if legend:
+        sizes = (f"evictable {tree.evictable_size} · protected {tree.protected_size} · "
+                 f"total {tree.total_size()} tokens")
+        if tree.page_size > 1:
+            sizes += f" · page size {tree.page_size}"
+        g.attr(label=_legend_row([
+            _swatch("protected (lock > 0)", COLORS["protected_fill"], COLORS["protected"]),
+            _swatch("evictable (lock 0)", COLORS["evictable_fill"], COLORS["evictable"]),
+            _swatch("last match path", "white", COLORS["match"], width=2),
+            _swatch("made by last split", "white", COLORS["split"], width=2),
+            _swatch("evicted", "white", COLORS["evicted"], style="dashed"),
+        ], caption=sizes))
+    return g
+
+
+def _evicted_with_parents(tree: RadixCache) -> list[tuple[Node, Node]]:
+    """The last eviction's nodes, each with the parent it was removed from."""
+    return list(zip(tree.last_evicted, tree.last_evicted_parents))
+
+
+def _radix_node_style(tree: RadixCache, node: Node, tokenizer: Tokenizer | None, max_tokens: int,
+                      *, on_path: bool, split: bool) -> dict[str, str]:
+    if node is tree.root:
+        lines = [_font("root", 12, bold=True)]
+        fill, border = COLORS["root_fill"], COLORS["root"]
+    else:
+        locked = node.lock_ref > 0
+        lines = [
+            _font(_esc(format_tokens(node.key, tokenizer, max_tokens)), 12,
+                  face=None if tokenizer else MONO, bold=True),
+            _font(_esc(f"{len(node.key)} tok · slots {format_slots(node.value)}"), 9, COLORS["muted"]),
+            _font(_esc(f"lock {node.lock_ref} · last access {node.last_access}"), 9,
+                  COLORS["protected"] if locked else COLORS["muted"]),
+        ]
+        fill = COLORS["protected_fill"] if locked else COLORS["evictable_fill"]
+        border = COLORS["protected"] if locked else COLORS["evictable"]
+    penwidth = "1.2"
+    if split:
+        lines.append(_font("new: front of a split", 9, COLORS["split"], bold=True))
+        border, penwidth = COLORS["split"], "2.6"
+    elif on_path and node is not tree.root:
+        border, penwidth = COLORS["match"], "2.6"
+    return {"label": _label(lines), "shape": "box", "style": "rounded,filled", "fillcolor": fill,
+            "color": border, "penwidth": penwidth, "tooltip": f"node {node.id}"}
+
+
+def _ghost_style(node: Node, tokenizer: Tokenizer | None, max_tokens: int) -> dict[str, str]:
+    lines = [
+        _font(_esc(format_tokens(node.key, tokenizer, max_tokens)), 12, COLORS["ghost_text"],
+              face=None if tokenizer else MONO),
+        _font(_esc(f"{len(node.key)} tok · slots {format_slots(node.value)}"), 9, COLORS["ghost_text"]),
+        _font(f"evicted (last access {node.last_access})", 9, COLORS["evicted"], bold=True),
+    ]
+    return {"label": _label(lines), "shape": "box", "style": "rounded,dashed,filled",
+            "fillcolor": "white", "color": COLORS["evicted"], "penwidth": "1.6",
+            "tooltip": f"evicted node {node.id}"}
+
+
+# ------------------------------------------------------------------------------- block pool
+
+
+def draw_block_pool(
+    pool: PrefixCachingBlockPool,
+    tokenizer: Tokenizer | None = None,
+    *,
+    block_tables: Mapping[str, Sequence[int]] | None = None,
+    show_evicted: bool = True,
+    per_row: int = 8,
+    max_tokens: int = 6,
+    legend: bool = True,
+) -> graphviz.Digraph:
+    """Draw a block pool: every block's state, the free queue head to tail, and the hash table.
+
+    A block is *in use* (orange, with its reference count), *cached and free* (blue, with a short
+    hash and the tokens it holds) or *empty* (white). The free queue lists the free blocks in the
+    order ``allocate`` takes them. Each hash-table entry points at its block. Blocks whose cache
+    entry the last ``allocate`` evicted are outlined in red with the hash they lost, and that hash
+    is struck through in the table. ``block_tables`` (name -> block ids) adds the requests' block
+    tables, for pictures of a running engine.
+    """
+    if per_row < 1:
+        raise ValueError(f"per_row must be >= 1, got {per_row}")
+    evicted = dict(pool.last_evicted) if show_evicted else {}
+    g = _digraph("block_pool", "TB", None)
+    g.attr(nodesep="0.5", ranksep="0.45")
+    g.attr("node", shape="plaintext", margin="0")
+
+    # The blocks, in id order, as rows of cells (a picture of memory).
+    rows = []
+    for start in range(0, pool.num_blocks, per_row):
+        cells = "".join(_block_cell(pool, b, evicted.get(b), tokenizer, max_tokens)
+                        for b in range(start, min(start + per_row, pool.num_blocks)))
+        rows.append(f"<TR>{cells}</TR>")
+    title = (f'<TD ROWSPAN="{len(rows)}" VALIGN="MIDDLE">{_font("blocks", 10, COLORS["muted"], bold=True)}'
+             f'<BR/>{_font(f"{pool.block_size} tokens each", 9, COLORS["muted"])}</TD>')
+    rows[0] = rows[0].replace("<TR>", "<TR>" + title, 1)
+    g.node("blocks", label=f'<<TABLE BORDER="0" CELLSPACING="4" CELLPADDING="0">{"".join(rows)}</TABLE>>')
+
+    # The hash table: one column per entry (plus struck-through ones just evicted), pointing at blocks.
+    entries = [(h, b, False) for h, b in pool.hash_to_block.items()]
+    entries += [(h, b, True) for b, h in evicted.items()]
+    if entries:
+        heads, targets = [], []
+        for i, (h, b, gone) in enumerate(entries):
+            color = COLORS["evicted"] if gone else COLORS["evictable"]
+            text = f"<S>{short_hash(h)}</S>" if gone else short_hash(h)
+            heads.append(f'<TD BORDER="1" COLOR="{color}" BGCOLOR="white" CELLPADDING="4">'
+                         f'{_font(text, 10, color, MONO)}</TD>')
+            targets.append(f'<TD PORT="h{i}" CELLPADDING="2">{_font(f"→ {b}", 9, COLORS["muted"])}</TD>')
+        g.node("hashes", label=f'<<TABLE BORDER="0" CELLSPACING="3" CELLPADDING="0"><TR><TD ROWSPAN="2">'
+                               f'{_font("hash → block", 10, COLORS["muted"], bold=True)}</TD>{"".join(heads)}</TR>'
+                               f'<TR>{"".join(targets)}</TR></TABLE>>')
+        for i, (_, b, gone) in enumerate(entries):
+            if gone:
+                g.edge(f"hashes:h{i}:s", f"blocks:b{b}:n", color=COLORS["evicted"], style="dashed",
+                       arrowhead="tee")
+            else:
+                g.edge(f"hashes:h{i}:s", f"blocks:b{b}:n", color=COLORS["evictable"], penwidth="1")
+    else:
+        g.node("hashes", label=_label([_font("hash → block: (empty)", 10, COLORS["muted"], bold=True)]))
+    g.edge("hashes", "blocks", style="invis")
+
+    # The free queue, head (reused first) to tail.
+    queue = list(pool.free_queue)
+    cells = []
+    for b in queue:
+        cached = pool.block_hash[b] is not None
+        fill = COLORS["evictable_fill"] if cached else COLORS["empty_fill"]
+        border = COLORS["evictable"] if cached else COLORS["empty"]
+        cells.append(f'<TD BORDER="1" COLOR="{border}" BGCOLOR="{fill}" CELLPADDING="4" WIDTH="24">'
+                     f'{_font(str(b), 11, bold=True)}</TD>')
+    body = "".join(cells) if cells else f'<TD>{_font("(empty: every block is in use)", 10, COLORS["muted"])}</TD>'
+    g.node("queue", label=f'<<TABLE BORDER="0" CELLSPACING="2" CELLPADDING="0"><TR>'
+                          f'<TD>{_font("free queue", 10, COLORS["muted"], bold=True)}</TD>'
+                          f'<TD>{_font("head ▸", 9, COLORS["muted"])}</TD>{body}'
+                          f'<TD>{_font("◂ tail", 9, COLORS["muted"])}</TD></TR></TABLE>>')
+    g.edge("blocks", "queue", style="invis")
+
+    if block_tables:
+        rows = "".join(f'<TR><TD ALIGN="LEFT">{_font(_esc(name), 10, bold=True)}</TD>'
+                       f'<TD ALIGN="LEFT">{_font(_esc(str(list(table))), 10, face=MONO)}</TD></TR>'
+                       for name, table in block_tables.items())
+        g.node("tables", label=f'<<TABLE BORDER="0" CELLSPACING="2"><TR><TD COLSPAN="2" ALIGN="LEFT">'
+                               f'{_font("block tables", 10, COLORS["muted"], bold=True)}</TD></TR>{rows}</TABLE>>')
+        g.edge("blocks", "tables", style="invis")
+
+    if legend:
+        in_use = sum(1 for c in pool.ref_cnt if c > 0)
+        cached_free = sum(1 for b in queue if pool.block_hash[b] is not None)
+        sizes = (f"{in_use} in use · {cached_free} cached and free · "
+                 f"{len(queue) - cached_free} empty · {len(pool.hash_to_block)} "
+                 f"hash{'es' * (len(pool.hash_to_block) != 1)} cached")
+        g.attr(label=_legend_row([
+            _swatch("in use (ref count)", COLORS["protected_fill"], COLORS["protected"], "solid"),
+            _swatch("cached, free (hash)", COLORS["evictable_fill"], COLORS["evictable"], "solid"),
+            _swatch("empty", COLORS["empty_fill"], COLORS["empty"], "solid"),
+            _swatch("evicted by last allocate", "white", COLORS["evicted"], "solid", 2),
+        ], caption=sizes))
+    return g
+
+
+def _block_cell(pool: PrefixCachingBlockPool, b: int, evicted_hash: int | None,
+                tokenizer: Tokenizer | None, max_tokens: int) -> str:
+    ref, h = pool.ref_cnt[b], pool.block_hash[b]
+    if ref > 0:
+        fill, border, state = COLORS["protected_fill"], COLORS["protected"], f"ref {ref}"
+    elif h is not None:
+        fill, border, state = COLORS["evictable_fill"], COLORS["evictable"], "free"
+    else:
+        fill, border, state = COLORS["empty_fill"], COLORS["empty"], "empty"
+    lines = [_font(f"block {b}", 11, bold=True), _font(state, 9, COLORS["text"])]
+    if h is not None:
+        lines.append(_font(short_hash(h), 9, COLORS["evictable"], MONO))
+        entry = getattr(pool, "cache_entry", None)
+        if entry is not None and entry[b] is not None:
+            lines.append(_font(_esc(format_tokens(entry[b].token_ids, tokenizer, max_tokens, 14)), 9,
+                               COLORS["muted"], None if tokenizer else MONO))
+    else:
+        lines.append(_font("no hash", 9, COLORS["ghost_text"]))
+    width = "1"
+    if evicted_hash is not None:
+        lines.append(_font(f"evicted {short_hash(evicted_hash)}", 9, COLORS["evicted"], bold=True))
+        border, width = COLORS["evicted"], "2"
+    inner = "".join(f"<TR><TD>{line}</TD></TR>" for line in lines)
+    return (f'<TD PORT="b{b}" BORDER="{width}" COLOR="{border}" BGCOLOR="{fill}" CELLPADDING="5" '
+            f'WIDTH="78"><TABLE BORDER="0" CELLSPACING="0" CELLPADDING="1">{inner}</TABLE></TD>')
+
+
+# ------------------------------------------------------------------------------- charts
+
+
+def grouped_bars(
+    table: Mapping[str, Mapping[str, float]],
+    *,
+    ylabel: str = "",
+    title: str = "",
+    percent: bool = False,
+    ax: Any = None,
+) -> Figure:
+    """A grouped bar chart of ``{row: {column: value}}``: one group per row, one bar per column.
+
+    For example ``{"multi-turn": {"radix": 0.79, "block 16": 0.786}, ...}`` gives a group per
+    workload with a bar per method. ``percent`` labels the bars and the axis in percent.
+    """
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    if not table:
+        raise ValueError("grouped_bars: the table is empty")
+    rows = list(table)
+    columns = list(dict.fromkeys(c for r in rows for c in table[r]))
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(rows) + 1), 3.6), layout="constrained")
+    else:
+        fig = ax.figure
+    x = np.arange(len(rows))
+    width = 0.8 / len(columns)
+    for i, column in enumerate(columns):
+        values = [table[r].get(column, np.nan) for r in rows]
+        bars = ax.bar(x + (i - (len(columns) - 1) / 2) * width, values, width, label=column)
+        ax.bar_label(bars, fmt="{:.1%}" if percent else "{:.3g}", fontsize=8, padding=2)
+    ax.set_xticks(x, rows)
+    if percent:
+        ax.yaxis.set_major_formatter(plt.matplotlib.ticker.PercentFormatter(1.0))
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    ax.spines[["top", "right"]].set_visible(False)
+    ax.legend(frameon=False, ncols=min(len(columns), 4), loc="upper center", bbox_to_anchor=(0.5, -0.12))
+    return fig

@@ -1,0 +1,594 @@
+"""widgets.py - step requests through a prefix cache, one operation at a time.
+
+``RadixStepper`` drives a ``RadixCache`` and ``BlockPoolStepper`` a ``PrefixCachingBlockPool``
+through a small script of the operations an engine performs for each request. Each step performs
+one operation on the real cache, draws the cache (``nano_engine.viz``) and narrates, in one line,
+what the cache reported doing: the narration is built from the cache's own event record (its
+``on_event`` callback or KV events, and its ``last_*`` attributes), never re-derived.
+
+Use them from code (``step()``, ``back()``, ``reset()``, ``go_to(i)``, ``state``) or display one
+in a notebook for Step / Back / Reset buttons and a slider over the steps.
+
+Going back replays steps ``0 .. i-1`` on a fresh cache. The caches are deterministic, so the
+replay reaches exactly the earlier state, with no snapshot to keep in sync.
+
+The scripts:
+
+* radix tree, per request: ``match`` its tokens, ``lock`` the node the match ended on (the hit must
+  survive while the request runs), and when the request finishes, ``insert`` its tokens with their
+  KV slots, ``unlock`` the matched node and, if the tree holds more than ``capacity`` tokens,
+  ``evict`` the excess (least recently used leaves first).
+* block pool, per request: ``lookup`` all tokens but the last (it is always computed, for its
+  logits), ``touch`` the hit blocks, ``allocate`` blocks for the rest (a cached block taken from
+  the head of the free queue is evicted here), ``cache`` its full blocks after the forward pass;
+  when the request finishes, ``free`` its blocks.
+
+With ``concurrent=N`` up to N requests run at once: a request finishes only when a new one needs
+its place (or at the end), so later requests meet the locks and blocks of earlier ones. That is
+how a split can hit a locked node, whose front then inherits the lock.
+"""
+
+from __future__ import annotations
+
+import heapq
+import html
+import re
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import graphviz
+
+from nano_engine.kv_events import BlockStored, KVEvent
+from nano_engine.prefix_cache import PrefixCachingBlockPool
+from nano_engine.radix import RadixCache
+from nano_engine.viz import (Tokenizer, draw_block_pool, draw_radix, format_slots, format_split,
+                             format_tokens, short_hash)
+
+Request = str | Sequence[int]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One performed operation: its kind, the request it served, and what the cache reported."""
+
+    kind: str
+    request: int
+    narration: str
+    events: tuple = ()
+
+
+@dataclass(frozen=True)
+class StepperState:
+    """Where a stepper stands: after ``index`` of ``num_steps`` steps, and what the last one did."""
+
+    index: int
+    num_steps: int
+    kind: str | None  # the last step's kind, None at the start
+    narration: str
+    dot: str  # DOT source of the diagram
+    events: tuple = field(default=())  # the cache's own events during the last step
+
+
+def encode_requests(requests: Sequence[Request], tokenizer: Tokenizer | None) -> list[list[int]]:
+    """Turn requests (text or token ids) into lists of token ids."""
+    if not requests:
+        raise ValueError("requests is empty: give at least one request (text or token ids)")
+    out = []
+    for i, request in enumerate(requests):
+        if isinstance(request, str):
+            if tokenizer is None:
+                raise ValueError(f"request {i} is text; pass tokenizer= to encode it, or give token ids")
+            ids = tokenizer.encode(request, add_special_tokens=False)
+            ids = list(getattr(ids, "ids", ids))  # a `tokenizers.Encoding` keeps them in .ids
+        else:
+            ids = [int(t) for t in request]
+        if not ids:
+            raise ValueError(f"request {i} has no tokens")
+        out.append(ids)
+    return out
+
+
+# ------------------------------------------------------------------------------- the base
+
+
+class _Stepper(ABC):
+    """Step bookkeeping and the widget, shared by both steppers.
+
+    A subclass provides ``_new_run()`` (a fresh cache plus a generator performing the script one
+    ``Step`` at a time) and ``_draw(run, step)``.
+    """
+
+    def __init__(self) -> None:
+        self.num_steps = sum(1 for _ in self._new_run().steps())  # a dry run: counts and validates
+        self._widget: Any = None
+        self.reset()
+
+    # -- stepping ---------------------------------------------------------------------------
+
+    def reset(self) -> StepperState:
+        """Back to the start: an empty cache, no step performed."""
+        self._run = self._new_run()
+        self._pending: Iterator[Step] = self._run.steps()
+        self._last: Step | None = None
+        self.index = 0
+        self._refresh()
+        return self.state
+
+    def step(self) -> StepperState:
+        """Perform the next operation (does nothing after the last one)."""
+        if self.index < self.num_steps:
+            self._last = next(self._pending)
+            self.index += 1
+            self._refresh()
+        return self.state
+
+    def back(self) -> StepperState:
+        """Undo the last operation (replays the ones before it on a fresh cache)."""
+        return self.go_to(self.index - 1)
+
+    def go_to(self, index: int) -> StepperState:
+        """Stand after ``index`` steps (0 .. ``num_steps``; clipped to that range)."""
+        index = max(0, min(int(index), self.num_steps))
+        if index < self.index:
+            self._run = self._new_run()
+            self._pending = self._run.steps()
+            self._last, self.index = None, 0
+        while self.index < index:
+            self._last = next(self._pending)
+            self.index += 1
+        self._refresh()
+        return self.state
+
+    @property
+    def state(self) -> StepperState:
+        return self._state
+
+    def diagram(self) -> graphviz.Digraph:
+        """The current picture of the cache."""
+        return self._draw(self._run, self._last)
+
+    def _refresh(self) -> None:
+        last = self._last
+        narration = last.narration if last else self._intro()
+        self._state = StepperState(self.index, self.num_steps, last.kind if last else None,
+                                   narration, self.diagram().source, last.events if last else ())
+        if self._widget is not None:
+            self._update_widget()
+
+    # -- the widget ---------------------------------------------------------------------------
+
+    @property
+    def widget(self) -> Any:
+        """The ipywidgets box (buttons, slider, narration, diagram), built on first use."""
+        if self._widget is None:
+            self._widget = self._build_widget()
+            self._update_widget()
+        return self._widget
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None, **kwargs: Any) -> Any:
+        return self.widget._repr_mimebundle_(include=include, exclude=exclude, **kwargs)
+
+    def _build_widget(self) -> Any:
+        import ipywidgets as w
+
+        self._back = w.Button(description="Back", icon="step-backward", tooltip="undo the last step",
+                              layout=w.Layout(width="90px"))
+        self._next = w.Button(description="Step", icon="step-forward", button_style="primary",
+                              tooltip="perform the next operation", layout=w.Layout(width="90px"))
+        self._reset = w.Button(description="Reset", icon="undo", tooltip="back to an empty cache",
+                               layout=w.Layout(width="90px"))
+        self._slider = w.IntSlider(value=self.index, min=0, max=self.num_steps, description="step",
+                                   continuous_update=False, layout=w.Layout(width="360px"))
+        self._narration = w.HTML(layout=w.Layout(min_height="2.6em"))
+        self._narration.add_class("nano-stepper-narration")
+        self._picture = w.HTML()
+        self._picture.add_class("nano-stepper-diagram")
+        for button, name in ((self._back, "back"), (self._next, "step"), (self._reset, "reset")):
+            button.add_class(f"nano-stepper-{name}")  # stable handles for browser tests
+        self._back.on_click(lambda _: self.back())
+        self._next.on_click(lambda _: self.step())
+        self._reset.on_click(lambda _: self.reset())
+        self._slider.observe(lambda change: self.go_to(change["new"]), names="value")
+        controls = w.HBox([self._back, self._next, self._reset, self._slider])
+        return w.VBox([controls, self._narration, self._picture])
+
+    def _update_widget(self) -> None:
+        state = self.state
+        self._slider.value = state.index  # re-enters go_to with the same index: a no-op
+        self._back.disabled = state.index == 0
+        self._next.disabled = state.index == state.num_steps
+        where = f"step {state.index} / {state.num_steps}" + (f" · {state.kind}" if state.kind else "")
+        self._narration.value = (f'<div style="font-family: sans-serif; line-height: 1.4">'
+                                 f'<span style="color: #6b6b6b">{where}</span><br>'
+                                 f'<b>{html.escape(state.narration)}</b></div>')
+        self._picture.value = _svg_or_source(self.diagram())
+
+    # -- for subclasses ----------------------------------------------------------------------
+
+    @abstractmethod
+    def _new_run(self) -> Any:
+        """A fresh cache with the script ready to run: an object whose ``steps()`` yields ``Step``s."""
+
+    @abstractmethod
+    def _draw(self, run: Any, step: Step | None) -> graphviz.Digraph:
+        """The picture of ``run``'s cache after ``step`` (None: before any step)."""
+
+    @abstractmethod
+    def _intro(self) -> str:
+        """The narration before the first step."""
+
+
+def _svg_or_source(g: graphviz.Digraph) -> str:
+    """The diagram as inline SVG; its DOT source if Graphviz's ``dot`` is not installed."""
+    try:
+        svg = g.pipe(format="svg", encoding="utf-8")
+    except graphviz.ExecutableNotFound:
+        return ("<p>Graphviz's <code>dot</code> program is not installed, so here is the diagram's "
+                f"DOT source:</p><pre>{html.escape(g.source)}</pre>")
+    return re.sub(r"^.*?(?=<svg)", "", svg, flags=re.S)  # drop the XML prolog and doctype
+
+
+def _schedule(num_requests: int, concurrent: int,
+              start: Callable[[int], Iterator[Step]], finish: Callable[[int], Iterator[Step]],
+              must_wait: Callable[[int], bool] = lambda i: False) -> Iterator[Step]:
+    """Start requests in order with at most ``concurrent`` running; the oldest finishes first.
+
+    ``must_wait(i)`` says request ``i`` cannot start yet (no room): running ones finish until it can.
+    """
+    running: deque[int] = deque()
+    for i in range(num_requests):
+        while running and (len(running) == concurrent or must_wait(i)):
+            yield from finish(running.popleft())
+        yield from start(i)
+        running.append(i)
+    while running:
+        yield from finish(running.popleft())
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def _blocks(ids: Sequence[int]) -> str:
+    return f"block {ids[0]}" if len(ids) == 1 else "blocks " + ", ".join(map(str, ids))
+
+
+def _check_concurrent(concurrent: int) -> int:
+    if not isinstance(concurrent, int) or concurrent < 1:
+        raise ValueError(f"concurrent must be an int >= 1, got {concurrent!r}")
+    return concurrent
+
+
+# ------------------------------------------------------------------------------- radix tree
+
+
+class _SlotAllocator:
+    """KV slots in whole pages: freed pages are reused lowest first, then new ones are opened."""
+
+    def __init__(self, page_size: int) -> None:
+        self.page_size = page_size
+        self.free_pages: list[int] = []
+        self.next_page = 0
+
+    def take(self, num_tokens: int) -> list[int]:
+        slots = []
+        for _ in range(num_tokens // self.page_size):
+            if self.free_pages:
+                page = heapq.heappop(self.free_pages)
+            else:
+                page, self.next_page = self.next_page, self.next_page + 1
+            slots += range(page * self.page_size, (page + 1) * self.page_size)
+        return slots
+
+    def give_back(self, slots: Sequence[int]) -> None:
+        for s in slots:
+            if s % self.page_size == 0:
+                heapq.heappush(self.free_pages, s // self.page_size)
+
+
+class _RadixRun:
+    """One pass of the radix script over a fresh tree."""
+
+    def __init__(self, requests: list[list[int]], page_size: int, capacity: int | None,
+                 concurrent: int, tokenizer: Tokenizer | None) -> None:
+        self.requests, self.capacity, self.concurrent = requests, capacity, concurrent
+        self.tokenizer = tokenizer
+        self.events: list[tuple[str, dict]] = []
+        self.tree = RadixCache(page_size, on_event=self.events.append)
+        self.slots = _SlotAllocator(page_size)
+        self.matched: dict[int, tuple[list[int], Any]] = {}  # request -> (hit slots, node it locked)
+
+    def steps(self) -> Iterator[Step]:
+        return _schedule(len(self.requests), self.concurrent, self._start, self._finish)
+
+    def _perform(self, kind: str, i: int, action: Callable[[], tuple[str, str] | None]) -> Step:
+        """Run ``action`` and narrate the events it caused, between the two notes it returns."""
+        first = len(self.events)
+        before, after = action() or ("", "")
+        events = self.events[first:]
+        evictions = [data for k, data in events if k == "evict"]
+        parts = [before, *(self._narrate(e) for e in events if e[0] != "evict")]
+        if len(evictions) == 1:
+            parts.append(f"evict leaf {self._leaf(evictions[0])}, the least recently used")
+        elif evictions:
+            parts.append("evict leaves, least recently used first: "
+                         + ", ".join(self._leaf(data) for data in evictions))
+        parts.append(after)
+        return Step(kind, i, f"r{i}: " + "; ".join(p for p in parts if p), tuple(events))
+
+    def _leaf(self, data: dict) -> str:
+        return f"{format_tokens(data['key'], self.tokenizer)} (slots {format_slots(data['slots'])})"
+
+    def _start(self, i: int) -> Iterator[Step]:
+        tokens = self.requests[i]
+
+        def match() -> None:
+            self.matched[i] = self.tree.match_prefix(tokens)
+
+        yield self._perform("match", i, match)
+        node = self.matched[i][1]
+        if node is not self.tree.root:
+            yield self._perform("lock", i, lambda: self.tree.inc_lock_ref(node))
+
+    def _finish(self, i: int) -> Iterator[Step]:
+        tokens = self.requests[i]
+        hit, node = self.matched.pop(i)
+        stored = len(tokens) - len(tokens) % self.tree.page_size
+
+        def insert() -> tuple[str, str]:
+            # The request computed KV for everything past its hit, in slots of its own.
+            value = hit + self.slots.take(stored - len(hit))
+            cached = self.tree.insert(tokens[:stored], value)
+            duplicates = value[len(hit):cached]  # another request stored these tokens meanwhile
+            self.slots.give_back(duplicates)
+            note = f"frees its duplicate slots {format_slots(duplicates)}" if duplicates else ""
+            return f"finishes after computing {_count(len(tokens) - len(hit), 'token')}", note
+
+        yield self._perform("insert", i, insert)
+        if node is not self.tree.root:
+            yield self._perform("unlock", i, lambda: self.tree.dec_lock_ref(node))
+        over = self.tree.total_size() - self.capacity if self.capacity is not None else 0
+        if over > 0:
+            def evict() -> tuple[str, str]:
+                total = self.tree.total_size()
+                self.slots.give_back(self.tree.evict(over))
+                short = "" if self.tree.total_size() <= self.capacity else \
+                    f"the rest is locked: the tree stays {self.tree.total_size() - self.capacity} over"
+                return f"the tree holds {total} > {self.capacity} tokens", short
+
+            yield self._perform("evict", i, evict)
+
+    def _narrate(self, event: tuple[str, dict]) -> str:
+        kind, data = event
+        tok = self.tokenizer
+        nodes = {n.id: n for n in self.tree.nodes()}
+        if kind == "match":
+            if data["matched"] == 0:
+                return f"match: none of its {_count(data['key_len'], 'token')} is cached"
+            run = format_tokens(nodes[data["path"][-1]].key, tok)
+            return f"match {data['matched']} of {data['key_len']} tokens, ending at {run}"
+        if kind == "split":
+            lock = data["inherited_lock"]
+            return (f"split {format_split(data['key_before'], data['at'], tok)} at {data['at']}; "
+                    + (f"the front inherits lock {lock}" if lock else "both parts unlocked"))
+        if kind == "insert":
+            cached = data["already_cached"]
+            if data["node"] is None:
+                return f"insert: all {cached} tokens already cached, nothing new"
+            leaf = f"new leaf {format_tokens(data['key'], tok)} at slots {format_slots(data['slots'])}"
+            return f"insert: first {_count(cached, 'token')} already cached, {leaf}" if cached else f"insert {leaf}"
+        if kind in ("lock", "unlock"):
+            node = nodes[data["node"]]  # still in the tree: nothing is evicted between event and narration
+            run = format_tokens(node.key, tok)
+            ancestors = len(data["path"]) - 1
+            where = f"{run}" + (f" and {ancestors} ancestor{'s' * (ancestors > 1)}" if ancestors else "")
+            if kind == "lock":
+                moved = f"{data['moved']} tokens evictable → protected" if data["moved"] else \
+                    f"already protected, now lock {node.lock_ref}"
+            else:
+                moved = f"{data['moved']} tokens protected → evictable" if data["moved"] else \
+                    "still protected by another request"
+            return f"{kind} {where}: {moved}"
+        return f"{kind} {data}"  # an event kind this narrator does not know yet: show it raw
+
+
+class RadixStepper(_Stepper):
+    """Step requests through a ``RadixCache``: match → lock → … → insert → unlock → evict.
+
+    Args:
+        requests: token-id lists, or text when ``tokenizer`` is given.
+        page_size: the tree's page size (KV slots are handed out in aligned pages).
+        capacity: most tokens the tree may keep; after a request finishes, the excess is evicted.
+            ``None``: never evict.
+        tokenizer: decodes token runs in the diagram and narration (and encodes text requests).
+        concurrent: how many requests run at once (1: one after the other).
+
+    Two requests at a time: r2 holds [1 .. 5] locked when r3 splits it.
+
+    >>> s = RadixStepper([[1, 2, 3, 4, 5], [9], [1, 2, 3, 4, 5, 6], [1, 2, 3, 7]], concurrent=2)
+    >>> for _ in range(5):
+    ...     _ = s.step()
+    >>> s.state.narration
+    'r2: lock [1, 2, 3, 4, 5]: 5 tokens evictable → protected'
+    >>> s.go_to(7).narration
+    'r3: split [1, 2, 3 | 4, 5] at 3; the front inherits lock 1; match 3 of 4 tokens, ending at [1, 2, 3]'
+    >>> s.back().kind, s.state.index
+    ('insert', 6)
+    """
+
+    def __init__(self, requests: Sequence[Request], page_size: int = 1, capacity: int | None = None,
+                 tokenizer: Tokenizer | None = None, *, concurrent: int = 1) -> None:
+        if capacity is not None and (not isinstance(capacity, int) or capacity < 0):
+            raise ValueError(f"capacity must be an int >= 0 or None, got {capacity!r}")
+        self.requests = encode_requests(requests, tokenizer)
+        self.page_size, self.capacity, self.tokenizer = page_size, capacity, tokenizer
+        self.concurrent = _check_concurrent(concurrent)
+        RadixCache(page_size)  # checks page_size before anything runs
+        super().__init__()
+
+    @property
+    def tree(self) -> RadixCache:
+        """The tree in its current state (read it; step to change it)."""
+        return self._run.tree
+
+    def _new_run(self) -> _RadixRun:
+        return _RadixRun(self.requests, self.page_size, self.capacity, self.concurrent, self.tokenizer)
+
+    def _draw(self, run: _RadixRun, step: Step | None) -> graphviz.Digraph:
+        # Highlight what this step did: the walk of a match or insert, the leaves of an eviction.
+        kind = step.kind if step else None
+        walked = kind in ("match", "insert")
+        return draw_radix(run.tree, self.tokenizer, show_match=walked, show_split=walked,
+                          show_evicted=kind == "evict")
+
+    def _intro(self) -> str:
+        cap = "no capacity limit" if self.capacity is None else f"capacity {self.capacity} tokens"
+        return f"empty tree; {len(self.requests)} requests to run, {cap}"
+
+
+# ------------------------------------------------------------------------------- block pool
+
+
+class _PoolRun:
+    """One pass of the block-pool script over a fresh pool."""
+
+    def __init__(self, requests: list[list[int]], num_blocks: int, block_size: int, concurrent: int,
+                 tokenizer: Tokenizer | None, pool_kwargs: dict) -> None:
+        self.requests, self.concurrent, self.tokenizer = requests, concurrent, tokenizer
+        self.pool = PrefixCachingBlockPool(num_blocks, block_size, **pool_kwargs)
+        self.events: list[KVEvent] = []
+        self.pool.subscribe(self.events.append)
+        self.tables: dict[int, list[int]] = {}  # running request -> its block table
+
+    def steps(self) -> Iterator[Step]:
+        # A request that would not find its blocks waits for running ones to free theirs.
+        return _schedule(len(self.requests), self.concurrent, self._start, self._finish,
+                         must_wait=lambda i: self.blocks_needed(i) > len(self.pool.free_queue))
+
+    def _perform(self, kind: str, i: int, action: Callable[[], str]) -> Step:
+        first = len(self.events)
+        text = action()
+        return Step(kind, i, f"r{i}: {text}", tuple(self.events[first:]))
+
+    def blocks_needed(self, i: int) -> int:
+        return -(-len(self.requests[i]) // self.pool.block_size)
+
+    def _start(self, i: int) -> Iterator[Step]:
+        pool, tokens = self.pool, self.requests[i]
+        hit: list[int] = []
+
+        def lookup() -> str:
+            hit.extend(pool.lookup(tokens, max_tokens=len(tokens) - 1))
+            head = f"lookup its first {len(tokens) - 1} tokens (the last is always computed): "
+            if not hit:
+                return head + "no full block cached"
+            return head + f"{len(hit)} full block{'s' * (len(hit) > 1)} hit {hit} ({len(hit) * pool.block_size} tokens)"
+
+        yield self._perform("lookup", i, lookup)
+        if hit:
+            def touch() -> str:
+                was_free = [b for b in hit if pool.ref_cnt[b] == 0]
+                pool.touch(hit)
+                left = f"; {_blocks(was_free)} {'leaves' if len(was_free) == 1 else 'leave'} the free queue" \
+                    if was_free else ""
+                return f"touch {hit}: ref counts now {[pool.ref_cnt[b] for b in hit]}{left}"
+
+            yield self._perform("touch", i, touch)
+        need = self.blocks_needed(i) - len(hit)
+        table = self.tables[i] = list(hit)  # the request's block table, drawn from now on
+        if need:
+            def allocate() -> str:
+                blocks = pool.allocate(need)
+                if blocks is None:  # the schedule waits until enough blocks are free
+                    raise RuntimeError(f"r{i}: allocate({need}) failed with {len(pool.free_queue)} free blocks")
+                table.extend(blocks)
+                text = f"allocate {need} from the head of the free queue → {blocks}"
+                if pool.last_evicted:
+                    gone = ", ".join(f"block {b} ({short_hash(h)})" for b, h in pool.last_evicted)
+                    text += f"; evict {gone}: cached but unused, now overwritten"
+                return text
+
+            yield self._perform("allocate", i, allocate)
+
+        def cache() -> str:
+            before = len(self.events)
+            pool.cache_blocks(tokens, table, num_computed=len(tokens))
+            stored = [h for e in self.events[before:] if isinstance(e, BlockStored) for h in e.block_hashes]
+            computed = len(tokens) - len(hit) * pool.block_size
+            text = f"the forward pass computes {_count(computed, 'token')}; "
+            if not stored:
+                return text + "no new full block to cache"
+            names = [f"block {pool.hash_to_block[h]} as {short_hash(h)}" for h in stored]
+            return text + "cache " + ", ".join(names)
+
+        yield self._perform("cache", i, cache)
+
+    def _finish(self, i: int) -> Iterator[Step]:
+        pool = self.pool
+        table = self.tables.pop(i)
+
+        def free() -> str:
+            pool.free(table)
+            released = [b for b in reversed(table) if pool.ref_cnt[b] == 0]
+            text = f"finishes; free {table}, last block first"
+            if released:
+                text += f": {_blocks(released)} {'joins' if len(released) == 1 else 'join'} the free queue's tail"
+                kept = [b for b in released if pool.block_hash[b] is not None]
+                if kept == released:
+                    text += ", with their hashes" if len(kept) > 1 else ", with its hash"
+                elif kept:
+                    text += f", {_blocks(kept)} keeping {'their hashes' if len(kept) > 1 else 'its hash'}"
+            return text
+
+        yield self._perform("free", i, free)
+
+
+class BlockPoolStepper(_Stepper):
+    """Step requests through a ``PrefixCachingBlockPool``: lookup → touch → allocate → cache → free.
+
+    Args:
+        requests: token-id lists, or text when ``tokenizer`` is given.
+        num_blocks, block_size: the pool's size.
+        tokenizer: decodes cached blocks' tokens in the diagram (and encodes text requests).
+        concurrent: how many requests run at once. A request that would not find enough free
+            blocks waits for the oldest running ones to finish first.
+        **pool_kwargs: passed to ``PrefixCachingBlockPool`` (``hash_algo``, ``uncached_first``).
+
+    >>> s = BlockPoolStepper([[1, 2, 3, 4, 5], [1, 2, 3, 4, 9]], num_blocks=4, block_size=2)
+    >>> [s.step().kind for _ in range(s.num_steps)]
+    ['lookup', 'allocate', 'cache', 'free', 'lookup', 'touch', 'allocate', 'cache', 'free']
+    """
+
+    def __init__(self, requests: Sequence[Request], num_blocks: int, block_size: int,
+                 tokenizer: Tokenizer | None = None, *, concurrent: int = 1, **pool_kwargs: Any) -> None:
+        self.requests = encode_requests(requests, tokenizer)
+        self.num_blocks, self.block_size, self.tokenizer = num_blocks, block_size, tokenizer
+        self.concurrent = _check_concurrent(concurrent)
+        self.pool_kwargs = pool_kwargs
+        PrefixCachingBlockPool(num_blocks, block_size, **pool_kwargs)  # checks the sizes first
+        for i, tokens in enumerate(self.requests):
+            need = -(-len(tokens) // block_size)
+            if need > num_blocks:
+                raise ValueError(f"request {i} needs {need} blocks of {block_size} tokens; the pool has {num_blocks}")
+        super().__init__()
+
+    @property
+    def pool(self) -> PrefixCachingBlockPool:
+        """The pool in its current state (read it; step to change it)."""
+        return self._run.pool
+
+    def _new_run(self) -> _PoolRun:
+        return _PoolRun(self.requests, self.num_blocks, self.block_size, self.concurrent,
+                        self.tokenizer, self.pool_kwargs)
+
+    def _draw(self, run: _PoolRun, step: Step | None) -> graphviz.Digraph:
+        tables = {f"r{i}": t for i, t in run.tables.items()}
+        return draw_block_pool(run.pool, self.tokenizer, block_tables=tables,
+                               show_evicted=step is not None and step.kind == "allocate")
+
+    def _intro(self) -> str:
+        return (f"empty pool of {self.num_blocks} blocks × {self.block_size} tokens; "
+                f"{len(self.requests)} requests to run")

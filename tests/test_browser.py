@@ -1,0 +1,169 @@
+"""One end-to-end check in a real browser: the radix stepper works inside JupyterLab.
+
+JupyterLab serves a small notebook on 127.0.0.1 only; Debian's ``chromium`` (headless, driven by
+Playwright's Python API through ``executable_path``; no browser is downloaded) opens it, runs the
+cell, clicks Step and checks that the narration and the SVG diagram change. Skips, saying why,
+when Chromium, Playwright or JupyterLab is missing (``NANO_ENGINE_CHROMIUM`` may point at another
+Chromium binary). The server and its kernel are always stopped.
+"""
+
+import importlib.util
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
+
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+NOTEBOOK_CELL = """\
+from nano_engine.widgets import RadixStepper
+
+stepper = RadixStepper([[1, 2, 3, 4, 5], [1, 2, 3, 9, 9], [7, 7, 7]], capacity=6)
+stepper"""
+
+
+@pytest.fixture
+def chromium() -> str:
+    """Debian's Chromium, and the Python packages the test drives it with (else: skip, saying which)."""
+    path = os.environ.get("NANO_ENGINE_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+    if not os.access(path, os.X_OK):
+        pytest.skip(f"Chromium not found at {path} (install it: apt-get install chromium)")
+    for module in ("playwright", "jupyterlab", "ipywidgets"):
+        if importlib.util.find_spec(module) is None:
+            pytest.skip(f"the Python package {module} is not installed")
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_notebook(folder: Path) -> str:
+    notebook = {
+        "cells": [{"cell_type": "code", "execution_count": None, "id": "stepper", "metadata": {},
+                   "outputs": [], "source": NOTEBOOK_CELL}],
+        "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
+        "nbformat": 4, "nbformat_minor": 5,
+    }
+    (folder / "stepper.ipynb").write_text(json.dumps(notebook))
+    return "stepper.ipynb"
+
+
+@pytest.fixture
+def lab(tmp_path, chromium):
+    """A JupyterLab server on 127.0.0.1 (own config, runtime and workspace folders); yields its URL base."""
+    root, home = tmp_path / "notebooks", tmp_path / "jupyter"
+    root.mkdir()
+    home.mkdir()
+    name = write_notebook(root)
+    port, token = free_port(), secrets.token_hex(16)
+    env = dict(os.environ,
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+               JUPYTER_CONFIG_DIR=str(home / "config"), JUPYTER_RUNTIME_DIR=str(home / "runtime"),
+               JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"), IPYTHONDIR=str(home / "ipython"))
+    log = open(tmp_path / "jupyter.log", "wb")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
+         f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
+         f"--ServerApp.root_dir={root}", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+         "--LabApp.extension_manager=readonly",  # no package index queries
+         *(["--allow-root"] if os.geteuid() == 0 else [])],  # CI containers often run as root
+        env=env, stdout=log, stderr=subprocess.STDOUT,
+        start_new_session=True)  # its own process group: the kernel it starts goes down with it
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status?token={token}", timeout=2):
+                    break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    log.flush()
+                    pytest.fail("JupyterLab did not start:\n" + (tmp_path / "jupyter.log").read_text()[-3000:])
+                time.sleep(0.3)
+        yield f"http://127.0.0.1:{port}/lab/tree/{name}?token={token}"
+    finally:
+        for sig, wait_s in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
+            try:
+                os.killpg(server.pid, sig)  # the group this test created (server and kernel)
+            except ProcessLookupError:
+                break
+            try:
+                server.wait(timeout=wait_s)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        try:
+            os.killpg(server.pid, signal.SIGKILL)  # a kernel outliving the server, if any
+        except ProcessLookupError:
+            pass
+        log.close()
+
+
+def run_notebook(page) -> None:
+    """Run All Cells from the menu until the stepper shows up.
+
+    Until its kernel session is ready, JupyterLab may drop a run or ask which kernel to use; the
+    dialog is accepted (the notebook names python3) and the run repeated.
+    """
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    page.get_by_text(re.compile(r"\| Idle$")).first.wait_for(timeout=60_000)  # status bar: kernel idle
+    for _ in range(4):
+        dialog = page.locator(".jp-Dialog .jp-mod-accept")
+        if dialog.count():
+            dialog.first.click()
+        page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+        page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+        try:
+            page.wait_for_selector(".nano-stepper-diagram svg", timeout=15_000)
+            return
+        except PlaywrightTimeout:
+            continue
+    raise AssertionError("the stepper never appeared after Run All Cells")
+
+
+def test_step_button_changes_the_diagram(chromium, lab, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    diagram_nodes = "document.querySelectorAll('.nano-stepper-diagram svg g.node').length"
+    narration = "document.querySelector('.nano-stepper-narration')?.innerText ?? ''"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, timeout=30_000)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        try:
+            page.goto(lab, timeout=45_000)
+            run_notebook(page)
+            before_text = page.evaluate(narration)
+            before_svg = page.inner_html(".nano-stepper-diagram")
+            assert page.evaluate(diagram_nodes) == 1  # the empty tree: the root alone
+            assert "empty tree" in before_text
+
+            step = page.locator(".nano-stepper-step")
+            step.click()  # r0 matches nothing ...
+            page.wait_for_function(f"({narration}).includes('match')", timeout=15_000)
+            step.click()  # ... and inserts its five tokens: a new node
+            page.wait_for_function(f"({diagram_nodes}) === 2", timeout=15_000)
+            after_text = page.evaluate(narration)
+            assert "insert" in after_text and "[1, 2, 3, 4, 5]" in after_text
+            assert page.inner_html(".nano-stepper-diagram") != before_svg
+            assert "slots 0-4" in page.inner_text(".nano-stepper-diagram")
+        except Exception:
+            page.screenshot(path=str(tmp_path / "browser.png"))
+            raise
+        finally:
+            browser.close()

@@ -1,0 +1,235 @@
+"""The steppers of nano_engine.widgets, driven from code (no browser).
+
+What they narrate is checked against the caches' own records (the radix tree's events and
+``last_*`` attributes, the pool's KV events and ``last_evicted``) and against a hand-written run
+of the same operations on a cache of our own.
+"""
+
+import html
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nano_engine.kv_events import BlockRemoved, BlockStored
+from nano_engine.prefix_cache import PrefixCachingBlockPool
+from nano_engine.radix import RadixCache
+from nano_engine.viz import COLORS, format_slots, format_tokens, short_hash
+from nano_engine.widgets import BlockPoolStepper, RadixStepper
+
+# r2 holds [1 .. 5] locked while r3 arrives and splits it: the front must inherit the lock.
+SPLIT_WHILE_LOCKED = [[1, 2, 3, 4, 5], [9], [1, 2, 3, 4, 5, 6], [1, 2, 3, 7]]
+
+
+def run_all(stepper):
+    states = [stepper.state]
+    while stepper.index < stepper.num_steps:
+        states.append(stepper.step())
+    return states
+
+
+def test_back_restores_every_diagram():
+    stepper = RadixStepper(SPLIT_WHILE_LOCKED, capacity=6, concurrent=2)
+    forward = run_all(stepper)
+    assert stepper.step() == forward[-1]  # stepping past the end changes nothing
+    for i in range(len(forward) - 1, 0, -1):
+        assert stepper.back() == forward[i - 1]
+    assert stepper.back() == forward[0]
+    assert stepper.go_to(7) == forward[7] and stepper.go_to(3) == forward[3]
+    assert stepper.reset() == forward[0]
+    assert [s.dot for s in run_all(stepper)] == [s.dot for s in forward]
+
+
+def test_narration_is_what_the_tree_did():
+    stepper = RadixStepper(SPLIT_WHILE_LOCKED, concurrent=2)
+    states = run_all(stepper)
+    kinds = [s.kind for s in states[1:]]
+    assert kinds == ["match", "match", "insert", "match", "lock", "insert", "match", "lock",
+                     "insert", "unlock", "insert", "unlock"]
+    # The split is the tree's own event, and the narration says what it did.
+    split_states = [s for s in states if any(e[0] == "split" for e in s.events)]
+    assert len(split_states) == 1
+    [split] = [data for kind, data in split_states[0].events if kind == "split"]
+    assert split["key_before"] == [1, 2, 3, 4, 5] and split["at"] == 3 and split["inherited_lock"] == 1
+    assert "split [1, 2, 3 | 4, 5] at 3; the front inherits lock 1" in split_states[0].narration
+    assert split_states[0].narration.startswith("r3: ")
+
+    # The same operations by hand on a tree of our own give the same events.
+    events = []
+    tree = RadixCache(on_event=events.append)
+    tree.match_prefix([1, 2, 3, 4, 5])
+    tree.match_prefix([9])
+    tree.insert([1, 2, 3, 4, 5], [0, 1, 2, 3, 4])
+    _, locked = tree.match_prefix([1, 2, 3, 4, 5, 6])
+    tree.inc_lock_ref(locked)
+    tree.insert([9], [5])
+    _, front = tree.match_prefix([1, 2, 3, 7])
+    tree.inc_lock_ref(front)
+    assert [e for s in states[1:9] for e in s.events] == events
+
+
+def test_eviction_narration_names_the_evicted_leaves():
+    requests = [[1, 2, 3, 4, 5], [1, 2, 3, 9, 9], [7, 7, 7], [1, 2, 3, 4, 8]]
+    stepper = RadixStepper(requests, capacity=7)
+    seen = []
+    while stepper.index < stepper.num_steps:
+        state = stepper.step()
+        evicted = [data for kind, data in state.events if kind == "evict"]
+        if state.kind != "evict":
+            assert not evicted and f'color="{COLORS["evicted"]}"' not in state.dot
+            continue
+        tree = stepper.tree
+        assert [d["key"] for d in evicted] == [n.key for n in tree.last_evicted]
+        for d, parent in zip(evicted, tree.last_evicted_parents):
+            assert f"{format_tokens(d['key'])} (slots {format_slots(d['slots'])})" in state.narration
+            ghost = next(line for line in state.dot.splitlines() if line.startswith(f'\tn{d["node"]} ['))
+            assert f'color="{COLORS["evicted"]}"' in ghost and "dashed" in ghost  # a red ghost ...
+            assert f'\tn{parent.id} -> n{d["node"]} [' in state.dot  # ... under its old parent
+        assert tree.total_size() <= 7
+        seen.append(state.narration)
+    # r1 leaves 7 tokens; r2's [7, 7, 7] makes 10. The leaf [4, 5] was last touched by r0 (r1's
+    # split stamped only the front [1, 2, 3]), so it goes first, then r1's [9, 9]: 4 >= 3 freed.
+    assert seen[0] == ("r2: the tree holds 10 > 7 tokens; evict leaves, least recently used first: "
+                       "[4, 5] (slots 3-4), [9, 9] (slots 5-6)")
+
+
+def test_highlights_follow_the_step():
+    stepper = RadixStepper(SPLIT_WHILE_LOCKED, concurrent=2)
+    states = run_all(stepper)
+    for state in states[1:]:
+        has_split = any(kind == "split" for kind, _ in state.events)
+        walked = [data for kind, data in state.events if kind == "insert"
+                  or (kind == "match" and data["matched"] > 0)]
+        assert (f'color="{COLORS["split"]}"' in state.dot) == has_split
+        assert (f'color="{COLORS["match"]}"' in state.dot) == bool(walked)
+
+
+def test_text_requests_with_a_tokenizer():
+    tokenizers = pytest.importorskip("tokenizers")
+    from nano_engine.checkpoints import tokenizer_path
+
+    tok = tokenizers.Tokenizer.from_file(str(tokenizer_path() / "tokenizer.json"))
+    stepper = RadixStepper(["An apple is red.", "An apple is green."], tokenizer=tok)
+    states = run_all(stepper)
+    assert any('split "An apple is| red." at 3' in s.narration for s in states), \
+        [s.narration for s in states]
+    assert "&quot;An apple is&quot;" in states[-1].dot
+    with pytest.raises(ValueError, match="tokenizer"):
+        RadixStepper(["text without a tokenizer"])
+
+
+def test_pages_and_bad_arguments():
+    stepper = RadixStepper([[1, 2, 3, 4, 5], [1, 2, 3, 4, 6, 6]], page_size=2, capacity=4)
+    for _ in range(stepper.num_steps):
+        stepper.step()
+        stepper.tree.check_invariants()
+        for node in stepper.tree.nodes():
+            assert len(node.key) % 2 == 0 and all(v % 2 == 0 for v in node.value[::2])
+    assert stepper.tree.total_size() == 4
+    with pytest.raises(ValueError, match="page_size"):
+        RadixStepper([[1]], page_size=0)
+    with pytest.raises(ValueError, match="capacity"):
+        RadixStepper([[1]], capacity=-1)
+    with pytest.raises(ValueError, match="concurrent"):
+        RadixStepper([[1]], concurrent=0)
+    with pytest.raises(ValueError, match="empty"):
+        RadixStepper([])
+    with pytest.raises(ValueError, match="no tokens"):
+        RadixStepper([[]])
+
+
+@settings(max_examples=40, deadline=None)
+@given(requests=st.lists(st.lists(st.integers(1, 3), min_size=1, max_size=6), min_size=1, max_size=6),
+       capacity=st.one_of(st.none(), st.integers(0, 12)), concurrent=st.integers(1, 3),
+       back_to=st.integers(0, 100))
+def test_radix_stepper_keeps_the_tree_consistent(requests, capacity, concurrent, back_to):
+    stepper = RadixStepper(requests, capacity=capacity, concurrent=concurrent)
+    dots = [stepper.state.dot]
+    for _ in range(stepper.num_steps):
+        state = stepper.step()
+        stepper.tree.check_invariants()
+        if state.kind == "evict":
+            assert stepper.tree.total_size() <= capacity or stepper.tree.evictable_size == 0
+        dots.append(state.dot)
+    assert stepper.tree.protected_size == 0  # every lock was released
+    index = back_to % (stepper.num_steps + 1)
+    assert stepper.go_to(index).dot == dots[index]
+
+
+# ------------------------------------------------------------------------------- block pool
+
+
+def test_block_pool_stepper_replays_the_chapter():
+    # The chapter's transcript as requests: the second one hits blocks 0 and 1.
+    stepper = BlockPoolStepper([[1, 2, 3, 4, 5], [1, 2, 3, 4, 9], [6, 6, 6, 6, 6]], num_blocks=4, block_size=2)
+    states = run_all(stepper)
+    assert [s.kind for s in states[1:]] == ["lookup", "allocate", "cache", "free",
+                                            "lookup", "touch", "allocate", "cache", "free",
+                                            "lookup", "allocate", "cache", "free"]
+    assert "2 full blocks hit [0, 1]" in states[5].narration
+    assert states[4].narration.startswith("r0: finishes; free [0, 1, 2], last block first")
+    # r2 needs 3 blocks: the queue (head first) is [2, 3, 1, 0], so cached block 1 is overwritten.
+    allocate = states[11]
+    evicted = [h for e in allocate.events if isinstance(e, BlockRemoved) for h in e.block_hashes]
+    reference = PrefixCachingBlockPool(num_blocks=4, block_size=2)
+    assert evicted == [reference.block_hashes([1, 2, 3, 4])[1]]
+    assert f"→ [2, 3, 1]; evict block 1 ({short_hash(evicted[0])})" in allocate.narration
+    assert f"evicted {short_hash(evicted[0])}" in allocate.dot
+    stored = [h for e in states[3].events if isinstance(e, BlockStored) for h in e.block_hashes]
+    assert stored == reference.block_hashes([1, 2, 3, 4, 5])
+    assert f"cache block 0 as {short_hash(stored[0])}, block 1 as {short_hash(stored[1])}" in states[3].narration
+    for i in range(len(states) - 1, -1, -1):
+        assert stepper.go_to(i) == states[i]
+
+
+def test_block_pool_stepper_waits_for_room():
+    # Three requests of 2 blocks each on 4 blocks: the third waits for the first to finish.
+    stepper = BlockPoolStepper([[1, 1, 1], [2, 2, 2], [3, 3, 3]], num_blocks=4, block_size=2, concurrent=3)
+    states = run_all(stepper)
+    order = [(s.kind, s.narration[:2]) for s in states[1:]]
+    assert order.index(("free", "r0")) < order.index(("lookup", "r2"))
+    assert stepper.pool.free_queue and all(c == 0 for c in stepper.pool.ref_cnt)
+    with pytest.raises(ValueError, match="needs 3 blocks"):
+        BlockPoolStepper([[1, 2, 3, 4, 5]], num_blocks=2, block_size=2)
+
+
+@settings(max_examples=40, deadline=None)
+@given(requests=st.lists(st.lists(st.integers(1, 2), min_size=1, max_size=7), min_size=1, max_size=6),
+       num_blocks=st.integers(4, 6), concurrent=st.integers(1, 3))
+def test_block_pool_stepper_never_leaks(requests, num_blocks, concurrent):
+    stepper = BlockPoolStepper(requests, num_blocks=num_blocks, block_size=2, concurrent=concurrent)
+    for _ in range(stepper.num_steps):
+        state = stepper.step()
+        stepper.pool.check_invariants()
+        if state.kind == "allocate":
+            for block, h in stepper.pool.last_evicted:
+                assert f"block {block} ({short_hash(h)})" in state.narration
+    assert all(c == 0 for c in stepper.pool.ref_cnt)
+    assert len(stepper.pool.free_queue) == num_blocks
+
+
+# ------------------------------------------------------------------------------- the widget
+
+
+def test_widget_buttons_and_slider_drive_the_stepper():
+    import ipywidgets
+
+    stepper = RadixStepper([[1, 2, 3, 4, 5], [1, 2, 3, 9, 9]], capacity=5)
+    box = stepper.widget
+    assert isinstance(box, ipywidgets.VBox)
+    back, step, reset, slider = box.children[0].children
+    narration, picture = box.children[1], box.children[2]
+    assert back.disabled and slider.max == stepper.num_steps
+    step.click()
+    step.click()
+    assert stepper.index == slider.value == 2
+    assert html.escape(stepper.state.narration) in narration.value
+    assert "<svg" in picture.value or "<pre>" in picture.value
+    before = picture.value
+    back.click()
+    assert stepper.index == 1 and picture.value != before
+    slider.value = stepper.num_steps
+    assert stepper.index == stepper.num_steps and step.disabled
+    reset.click()
+    assert stepper.index == 0 and slider.value == 0
+    assert "application/vnd.jupyter.widget-view+json" in stepper._repr_mimebundle_()
