@@ -1,0 +1,153 @@
+"""Command line: ``python -m nano_engine <command> ...`` (also installed as ``nano-engine``).
+
+Each command is one function that adds an ``argparse`` sub-parser and sets its handler; to add a
+command, write ``add_<name>_command(subparsers)`` and list it in ``COMMANDS``.
+
+    python -m nano_engine generate --prompt "What is a KV cache?" --max-tokens 32 --cache radix
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+
+def add_generate_command(subparsers) -> None:
+    p = subparsers.add_parser("generate", help="answer one prompt with the engine (chat template applied)",
+                              description="Generate a completion for one prompt through LLMEngine.")
+    p.add_argument("--prompt", required=True, help="the user message")
+    p.add_argument("--system", default=None, help="an optional system message")
+    p.add_argument("--model", default=None, help="model folder (default: nano_engine.checkpoints.default_model_path())")
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
+    p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
+                   help="default: float32 on CPU, bfloat16 on CUDA")
+    p.add_argument("--cache", default="none", choices=["none", "hashed", "radix"], help="prefix cache")
+    p.add_argument("--raw", action="store_true", help="send the prompt as is, without the chat template")
+    p.add_argument("--stats", action="store_true", help="print timing figures to stderr")
+    p.set_defaults(handler=run_generate)
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    import torch
+    from transformers import AutoTokenizer
+
+    from nano_engine.checkpoints import default_model_path
+    from nano_engine.engine import LLMEngine, SamplingParams
+    from nano_engine.model import Transformer
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = getattr(torch, args.dtype) if args.dtype else None
+    path = args.model or default_model_path()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = Transformer.from_pretrained(path, device=device, dtype=dtype)
+    if args.raw:
+        prompt = tokenizer(args.prompt)["input_ids"]
+    else:
+        messages = ([{"role": "system", "content": args.system}] if args.system else []) + [
+            {"role": "user", "content": args.prompt}]
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                             enable_thinking=False)
+        prompt = tokenizer(text)["input_ids"]
+    params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k,
+                            top_p=args.top_p, seed=args.seed)
+    engine = LLMEngine(model, eos_token_id=tokenizer.eos_token_id, cache=args.cache)
+    (completion,), (metrics,) = engine.generate([prompt], params, return_metrics=True)
+    print(tokenizer.decode(completion, skip_special_tokens=True))
+    if args.stats:
+        rate = metrics.decode_tokens_per_s
+        decode = f", decode {rate:.1f} tokens/s" if rate else ""
+        print(f"model {path} on {device}: {len(prompt)} prompt tokens, {len(completion)} generated, "
+              f"time to first token {metrics.time_to_first_token:.3f} s{decode}", file=sys.stderr)
+    return 0
+
+
+def add_hitrate_command(subparsers) -> None:
+    p = subparsers.add_parser("hitrate", help="the chapter's hit-rate table: radix tree vs hashed blocks",
+                              description="Replay the chapter's four workloads against a radix tree and "
+                                          "hashed blocks of 16 and 64 tokens; print the hit rates.")
+    p.add_argument("--seed", type=int, default=0, help="workload seed (0: the chapter's exact streams)")
+    p.add_argument("--capacity", type=int, nargs="+", default=None, metavar="TOKENS",
+                   help="also print the hit rates of caches bounded to these sizes (LRU eviction)")
+    p.add_argument("--plot", default=None, metavar="FILE", help="save a matplotlib figure (PNG, SVG, PDF)")
+    p.set_defaults(handler=run_hitrate)
+
+
+def run_hitrate(args: argparse.Namespace) -> int:
+    from nano_engine.workloads import (CHAPTER_METHODS, capacity_curve, chapter_workloads, format_table,
+                                       hit_rate_table, plot_hit_rates)
+
+    workloads = chapter_workloads(args.seed)
+    table = hit_rate_table(workloads)
+    print(format_table(table))
+    curves = None
+    if args.capacity:
+        capacities = sorted(args.capacity)
+        curves = {name: {m: capacity_curve(w, m, capacities) for m in CHAPTER_METHODS}
+                  for name, w in workloads.items()}
+        print(f"\nbounded caches (LRU), hit rate at capacity {', '.join(map(str, capacities))} tokens:")
+        for name, by_method in curves.items():
+            for m, rates in by_method.items():
+                label = f"{name}, {'radix' if m == 'radix' else f'block {m}'}"
+                print(f"  {label:36s}" + "".join(f"{r:8.1%}" for r in rates))
+    if args.plot:
+        plot_hit_rates(table, args.plot, curves=curves, capacities=sorted(args.capacity or []))
+        print(f"figure saved to {args.plot}")
+    return 0
+
+
+def add_bench_command(subparsers) -> None:
+    p = subparsers.add_parser("bench", help="offline throughput: LLMEngine beside transformers (nano-vllm's benchmark)",
+                              description="Time LLMEngine (each attention path) and transformers' batched generate on "
+                                          "the same random-token workload; see nano_engine.bench.")
+    p.add_argument("--model", default="tiny", help="'tiny', 'full' (random Qwen3-0.6B) or a checkpoint folder")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
+                   help="default: float32 on CPU, bfloat16 on CUDA")
+    p.add_argument("--num-seqs", type=int, default=None, help="default: per model and device (nano_engine.bench.PRESETS)")
+    for name in ("min-len", "max-len", "min-out", "max-out"):
+        p.add_argument(f"--{name}", type=int, default=None, help="prompt / output length range (default: preset)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--attention", nargs="+", default=None, choices=["torch", "triton", "triton+graphs", "reference"],
+                   help="engine paths to time (default: torch on CPU; triton+graphs, triton, torch on CUDA); "
+                        "'reference' is 'torch'")
+    p.add_argument("--cache", default="none", choices=["none", "hashed", "radix"], help="cache manager of the main runs")
+    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--max-num-batched-tokens", type=int, default=4096)
+    p.add_argument("--max-num-seqs", type=int, default=256)
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.9,
+                   help="CUDA: fraction of GPU memory for weights, activations and the KV pool")
+    p.add_argument("--hf-batch-size", type=int, default=None, help="transformers' batch (default: all prompts)")
+    p.add_argument("--skip-transformers", action="store_true")
+    p.add_argument("--prefix-heavy", action="store_true",
+                   help="also run a shared-system-prompt workload with each cache manager")
+    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
+    p.add_argument("--json", default=None, metavar="FILE", help="write every figure to this JSON file")
+    p.set_defaults(handler=run_bench)
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    from nano_engine.bench import run
+
+    return run(args)
+
+
+COMMANDS: list[Callable] = [add_generate_command, add_hitrate_command, add_bench_command]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="nano-engine", description=__doc__.splitlines()[0])
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    for add in COMMANDS:
+        add(subparsers)
+    args = parser.parse_args(argv)
+    return args.handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,400 @@
+"""cache_manager.py: one interface between the scheduler and the KV memory, three implementations.
+
+The scheduler never touches a block pool or a radix tree directly. It asks a *cache manager*:
+
+==============================  ==================================================================
+``match(seq)``                  the longest cached prefix this sequence may reuse (counted in stats)
+``lock(seq, match)``            start using that prefix: it becomes the head of ``seq.block_table``
+                                and ``seq.num_computed_tokens``; nobody may evict it now
+``allocate(seq, num_tokens)``   grow ``seq.block_table`` to hold ``num_tokens`` tokens, evicting
+                                cached prefixes nobody uses if memory is short (all or nothing)
+``cache(seq, num_new)``         after a forward: make the newly computed KV reusable by others
+``free(seq)``                   the sequence finished or was preempted: keep what is worth keeping
+                                in the cache, drop its lock, return its other blocks
+``size_info()``                 free / evictable / protected / capacity, in tokens (slots)
+``peek(seq)``                   how many tokens ``match`` would reuse, without counting or locking
+                                (for cache-aware admission policies)
+==============================  ==================================================================
+
+Implementations:
+
+* :class:`NaiveCacheManager`: a plain ``BlockPool``; never matches. Caching off.
+* :class:`HashedBlockCacheManager`: vLLM's design, a ``PrefixCachingBlockPool`` (chained block
+  hashes, the free queue doubling as the LRU cache).
+* :class:`RadixCacheManager`: SGLang's design, a ``RadixTree`` over KV slots plus a page allocator.
+
+Swapping one for another changes no scheduler line (mini-sglang's lesson: the "naive" cache
+proves that prefix reuse is a pure performance feature).
+
+All sizes are in pages of ``block_size`` slots (= tokens) underneath; ``size_info`` reports slots.
+"""
+
+from __future__ import annotations
+
+import itertools
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from nano_engine.paged import BlockPool
+from nano_engine.prefix_cache import PrefixCachingBlockPool
+from nano_engine.radix import Node, RadixCache
+from nano_engine.sequence import Sequence
+
+
+@dataclass(frozen=True)
+class SizeInfo:
+    """KV slots by state. ``free + evictable + protected == capacity``.
+
+    * ``free``: hold nothing worth keeping;
+    * ``evictable``: hold a cached prefix no running request uses (reclaimed on demand);
+    * ``protected``: in use by running requests (their locked prefixes and private blocks), or pinned.
+    """
+
+    free: int
+    evictable: int
+    protected: int
+    capacity: int
+
+    @property
+    def available(self) -> int:
+        """Slots an allocation can get right now: the free ones plus whatever can be evicted."""
+        return self.free + self.evictable
+
+
+@dataclass
+class PrefixMatch:
+    """A cached prefix: its pages (in order), the tokens they cover, and an implementation handle."""
+
+    blocks: list[int]
+    num_tokens: int
+    handle: object = None
+
+
+class CacheManager(ABC):
+    """The interface the scheduler and the engine use (see the module docstring)."""
+
+    name: str
+
+    def __init__(self, num_blocks: int, block_size: int) -> None:
+        self.num_blocks, self.block_size = num_blocks, block_size
+
+    # -- matching ------------------------------------------------------------------------------
+
+    def match(self, seq: Sequence) -> PrefixMatch:
+        """The longest cached prefix of ``seq`` that it may reuse: at most ``num_tokens - 1`` tokens.
+
+        Why never the whole sequence: the model produces the logits for token ``t + 1`` only while
+        computing token ``t``. Even when every prompt token's KV is cached, the last one must go
+        through the model again, or there are no logits to sample the first output token from.
+        So the match is looked up on ``token_ids[:-1]``; it is the one place this rule lives.
+        """
+        return self._match(seq, seq.num_tokens - 1)
+
+    def peek(self, seq: Sequence) -> int:
+        """Tokens ``match(seq)`` would reuse right now, without counting a query or taking a lock."""
+        return 0
+
+    @abstractmethod
+    def _match(self, seq: Sequence, max_tokens: int) -> PrefixMatch:
+        """Longest cached prefix among the first ``max_tokens`` tokens of ``seq.token_ids``."""
+
+    def lock(self, seq: Sequence, match: PrefixMatch) -> None:
+        """Make ``match`` the start of ``seq``'s block table and protect it from eviction."""
+        if seq.block_table:
+            raise ValueError(f"request {seq.request_id} already holds {len(seq.block_table)} blocks")
+        seq.block_table = list(match.blocks)
+        seq.num_computed_tokens = seq.num_cached_tokens = match.num_tokens
+        seq.cache_handle = match.handle
+
+    # -- memory --------------------------------------------------------------------------------
+
+    def blocks_needed(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    def allocate(self, seq: Sequence, num_tokens: int) -> bool:
+        """Grow ``seq.block_table`` to hold ``num_tokens`` tokens; False (and no change) if memory
+        is short even after evicting every unused cached prefix."""
+        need = self.blocks_needed(num_tokens) - len(seq.block_table)
+        if need <= 0:
+            return True
+        blocks = self._allocate(need)
+        if blocks is None:
+            return False
+        seq.block_table.extend(blocks)
+        return True
+
+    @abstractmethod
+    def _allocate(self, n: int) -> list[int] | None:
+        """``n`` fresh blocks (evicting if needed), or None and no change."""
+
+    def cache(self, seq: Sequence, num_new_tokens: int) -> None:
+        """Called after every forward that computed ``num_new_tokens`` of ``seq``."""
+
+    @abstractmethod
+    def free(self, seq: Sequence) -> None:
+        """Release everything ``seq`` holds (on finish, on preemption, or when admission fails)."""
+
+    @abstractmethod
+    def size_info(self) -> SizeInfo:
+        ...
+
+    @property
+    def usable_blocks(self) -> int:
+        """Blocks one request could ever get (all of them, minus pinned ones)."""
+        return self.num_blocks
+
+    @abstractmethod
+    def check_no_leaks(self) -> None:
+        """With no request alive: raise AssertionError if any block is still held by anyone
+        but the cache itself (and its pins)."""
+
+    def _release(self, seq: Sequence) -> None:
+        seq.block_table, seq.cache_handle = [], None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.num_blocks} blocks x {self.block_size} tokens)"
+
+
+class NaiveCacheManager(CacheManager):
+    """Caching off: a plain ``BlockPool``. Nothing is ever matched; freed blocks hold nothing."""
+
+    name = "none"
+
+    def __init__(self, num_blocks: int, block_size: int, pool: BlockPool | None = None) -> None:
+        self.pool = pool if pool is not None else BlockPool(num_blocks)
+        super().__init__(self.pool.num_blocks, block_size)
+
+    def _match(self, seq: Sequence, max_tokens: int) -> PrefixMatch:
+        return PrefixMatch([], 0)
+
+    def _allocate(self, n: int) -> list[int] | None:
+        return self.pool.allocate(n)
+
+    def free(self, seq: Sequence) -> None:
+        self.pool.free(seq.block_table)
+        self._release(seq)
+
+    def size_info(self) -> SizeInfo:
+        free = self.pool.num_free * self.block_size
+        capacity = self.num_blocks * self.block_size
+        return SizeInfo(free, 0, capacity - free, capacity)
+
+    def check_no_leaks(self) -> None:
+        held = [b for b, c in enumerate(self.pool.ref_cnt) if c]
+        assert not held, f"blocks still referenced after all requests finished: {held}"
+        assert self.pool.num_free == self.num_blocks, f"{self.pool.num_free} of {self.num_blocks} blocks free"
+
+
+class HashedBlockCacheManager(CacheManager):
+    """vLLM's prefix caching on a :class:`~nano_engine.prefix_cache.PrefixCachingBlockPool`.
+
+    * ``match``: ``pool.lookup(token_ids, max_tokens=num_tokens - 1, lora_id=..., cache_salt=...)``,
+      which counts ``num_queries`` / ``num_hits`` exactly like ``lookup(prompt[:-1])``;
+    * ``lock``: ``touch`` the hit blocks (a reference each; ref-0 ones leave the free queue);
+    * ``allocate``: from the free queue's head, evicting whatever cached block is taken;
+    * ``cache``: ``cache_blocks`` after every forward, so blocks filled during chunked prefill *and*
+      during decode become reusable at once (a later request, or this one after preemption, hits);
+    * ``free``: drop one reference per block, last block first; they stay cached in the free queue.
+    """
+
+    name = "hashed"
+
+    def __init__(self, pool: PrefixCachingBlockPool) -> None:
+        self.pool = pool
+        super().__init__(pool.num_blocks, pool.block_size)
+
+    def _match(self, seq: Sequence, max_tokens: int) -> PrefixMatch:
+        blocks = self.pool.lookup(seq.token_ids, max_tokens=max_tokens, **seq.extra_keys)
+        return PrefixMatch(blocks, len(blocks) * self.block_size)
+
+    def peek(self, seq: Sequence) -> int:
+        # An estimate for ordering requests: hash membership only, without lookup's collision guard.
+        hashes = self.pool.block_hashes(seq.token_ids[:seq.num_tokens - 1], **seq.extra_keys)
+        hits = next((i for i, h in enumerate(hashes) if h not in self.pool.hash_to_block), len(hashes))
+        return hits * self.block_size
+
+    def lock(self, seq: Sequence, match: PrefixMatch) -> None:
+        super().lock(seq, match)
+        self.pool.touch(match.blocks)
+
+    def _allocate(self, n: int) -> list[int] | None:
+        return self.pool.allocate(n)
+
+    def cache(self, seq: Sequence, num_new_tokens: int) -> None:
+        full_before = (seq.num_computed_tokens - num_new_tokens) // self.block_size
+        if seq.num_computed_tokens // self.block_size > full_before:    # this forward filled a block
+            self.pool.cache_blocks(seq.token_ids, seq.block_table, seq.num_computed_tokens, **seq.extra_keys)
+
+    def free(self, seq: Sequence) -> None:
+        self.pool.free(seq.block_table)
+        self._release(seq)
+
+    def size_info(self) -> SizeInfo:
+        bs = self.block_size
+        cached_free = sum(1 for b in self.pool.free_queue if self.pool.block_hash[b] is not None)
+        free = len(self.pool.free_queue) - cached_free
+        protected = self.num_blocks - len(self.pool.free_queue)
+        return SizeInfo(free * bs, cached_free * bs, protected * bs, self.num_blocks * bs)
+
+    @property
+    def usable_blocks(self) -> int:
+        return self.num_blocks - len(self.pool.pinned_blocks)
+
+    def check_no_leaks(self) -> None:
+        self.pool.check_invariants()
+        pinned = self.pool.pinned_blocks
+        held = [b for b, c in enumerate(self.pool.ref_cnt) if c and b not in pinned]
+        assert not held, f"blocks still referenced after all requests finished: {held}"
+
+
+@dataclass
+class RadixHandle:
+    """What a sequence holds in the tree: the node its locked prefix ends on, the prefix length,
+    and the namespace (tree) it lives in."""
+
+    node: Node
+    num_tokens: int
+    namespace: tuple
+
+
+class RadixCacheManager(CacheManager):
+    """SGLang's prefix caching: a :class:`~nano_engine.radix.RadixCache` of KV slots over pages.
+
+    Pages come from a ``BlockPool``. A page belongs either to one running request (its private
+    pages) or to the tree (cached prefixes: protected while some request's lock covers them,
+    evictable otherwise). The tree works at page granularity (``RadixCache(page_size=block_size)``),
+    so everything it stores or evicts is whole pages.
+
+    * ``match``: ``tree.match_prefix(token_ids[:num_tokens - 1])``, aligned down to whole pages;
+    * ``lock``: ``inc_lock_ref`` on the matched node (the whole path to the root is protected);
+    * ``allocate``: when the pool runs short, evict unused leaves *first*; the scheduler preempts a
+      request only if that is still not enough. Because it runs after ``lock``, it sees the free
+      space as it is once the match is protected (a lock can turn evictable tokens into protected);
+    * ``cache`` (SGLang's ``cache_unfinished_req``): after a forward that computed prompt tokens,
+      insert the page-aligned computed prefix so that others can match it while this request is
+      still running, free this request's duplicate pages (``insert`` returns how much was there
+      already), switch its block table to the tree's copies, and move its lock to the new node.
+      Decode steps insert nothing; their tokens enter the tree when the request ends;
+    * ``free`` (``cache_finished_req``): insert the page-aligned computed tokens, free duplicates,
+      unlock, and free the unaligned tail page(s). A preempted request does the same, so when it is
+      readmitted it finds its own prefix again unless memory pressure evicted it meanwhile.
+
+    Requests with extra keys (``lora_id``, ``cache_salt``) get a tree of their own, so they never
+    share KV across adapters or tenants. Eviction then visits the trees least recently used first.
+    """
+
+    name = "radix"
+
+    def __init__(self, num_blocks: int, block_size: int) -> None:
+        super().__init__(num_blocks, block_size)
+        self.allocator = BlockPool(num_blocks)
+        self.trees: dict[tuple, RadixCache] = {}
+        self._last_used: dict[tuple, int] = {}
+        self._clock = itertools.count()
+        self.num_queries = self.num_hits = 0
+
+    @property
+    def tree(self) -> RadixCache:
+        """The tree of requests without extra keys (the one a single-tenant chapter looks at)."""
+        return self._tree(())
+
+    def _tree(self, namespace: tuple) -> RadixCache:
+        if namespace not in self.trees:
+            self.trees[namespace] = RadixCache(page_size=self.block_size)
+        self._last_used[namespace] = next(self._clock)
+        return self.trees[namespace]
+
+    @staticmethod
+    def _namespace(seq: Sequence) -> tuple:
+        keys = seq.extra_keys
+        return () if all(v is None for v in keys.values()) else tuple(sorted(keys.items()))
+
+    def _slots(self, pages: list[int], num_tokens: int) -> list[int]:
+        bs = self.block_size
+        return [pages[t // bs] * bs + t % bs for t in range(num_tokens)]
+
+    def _match(self, seq: Sequence, max_tokens: int) -> PrefixMatch:
+        namespace = self._namespace(seq)
+        slots, node = self._tree(namespace).match_prefix(seq.token_ids[:max_tokens])
+        self.num_queries += max_tokens
+        self.num_hits += len(slots)
+        pages = [s // self.block_size for s in slots[::self.block_size]]
+        return PrefixMatch(pages, len(slots), RadixHandle(node, len(slots), namespace))
+
+    def peek(self, seq: Sequence) -> int:
+        tree = self.trees.get(self._namespace(seq))
+        # match_length, not match_prefix: peeking must not split nodes or refresh their LRU time
+        return 0 if tree is None else tree.match_length(seq.token_ids[:seq.num_tokens - 1])
+
+    def lock(self, seq: Sequence, match: PrefixMatch) -> None:
+        super().lock(seq, match)
+        self.trees[match.handle.namespace].inc_lock_ref(match.handle.node)
+
+    def _allocate(self, n: int) -> list[int] | None:
+        short = n - self.allocator.num_free
+        if short > 0:
+            for namespace in sorted(self.trees, key=self._last_used.get):
+                slots = self.trees[namespace].evict(short * self.block_size)
+                self.allocator.free(sorted({s // self.block_size for s in slots}))
+                short = n - self.allocator.num_free
+                if short <= 0:
+                    break
+        return self.allocator.allocate(n)
+
+    def _insert(self, seq: Sequence) -> int:
+        """Put the page-aligned computed prefix of ``seq`` in its tree, free the pages it
+        duplicates, and return the number of tokens now in the tree."""
+        handle: RadixHandle = seq.cache_handle
+        bs = self.block_size
+        aligned = seq.num_computed_tokens // bs * bs
+        if aligned <= handle.num_tokens:
+            return handle.num_tokens
+        tree = self._tree(handle.namespace)
+        already = tree.insert(seq.token_ids[:aligned], self._slots(seq.block_table, aligned))
+        # [0, handle.num_tokens) are the tree's own pages (our match); [handle.num_tokens, already)
+        # we computed again, but the tree holds another copy (someone inserted it meanwhile).
+        duplicates = seq.block_table[handle.num_tokens // bs:already // bs]
+        self.allocator.free(duplicates)
+        return aligned
+
+    def cache(self, seq: Sequence, num_new_tokens: int) -> None:
+        if num_new_tokens == 1 and seq.num_remaining == 0:    # a decode step: insert at the end
+            return
+        handle: RadixHandle = seq.cache_handle
+        aligned = self._insert(seq)
+        if aligned == handle.num_tokens:
+            return
+        tree = self.trees[handle.namespace]
+        slots, node = tree.match_prefix(seq.token_ids[:aligned])
+        tree.inc_lock_ref(node)             # lock the longer prefix before releasing the old one
+        tree.dec_lock_ref(handle.node)
+        seq.block_table[:aligned // self.block_size] = [s // self.block_size for s in slots[::self.block_size]]
+        seq.cache_handle = RadixHandle(node, aligned, handle.namespace)
+
+    def free(self, seq: Sequence) -> None:
+        handle: RadixHandle = seq.cache_handle
+        aligned = self._insert(seq)
+        self.trees[handle.namespace].dec_lock_ref(handle.node)
+        self.allocator.free(seq.block_table[aligned // self.block_size:])   # the unaligned tail
+        self._release(seq)
+
+    def size_info(self) -> SizeInfo:
+        capacity = self.num_blocks * self.block_size
+        free = self.allocator.num_free * self.block_size
+        evictable = sum(t.evictable_size for t in self.trees.values())
+        return SizeInfo(free, evictable, capacity - free - evictable, capacity)
+
+    def check_no_leaks(self) -> None:
+        bs = self.block_size
+        tree_pages = []
+        for tree in self.trees.values():
+            tree.check_invariants()
+            assert tree.protected_size == 0, f"{tree.protected_size} tokens still locked in the radix tree"
+            for node in tree.nodes():
+                tree_pages += [s // bs for s in node.value[::bs]]
+        held = [b for b, c in enumerate(self.allocator.ref_cnt) if c]
+        assert sorted(tree_pages) == held, (
+            f"pages held outside the tree: {sorted(set(held) - set(tree_pages))}; "
+            f"tree pages not held: {sorted(set(tree_pages) - set(held))}")
+        info = self.size_info()
+        assert info.free + info.evictable == info.capacity, f"free + evictable != capacity: {info}"
