@@ -407,12 +407,14 @@ def grouped_bars(
     ylabel: str = "",
     title: str = "",
     percent: bool = False,
+    fmt: str | None = None,
     ax: Any = None,
 ) -> Figure:
     """A grouped bar chart of ``{row: {column: value}}``: one group per row, one bar per column.
 
     For example ``{"multi-turn": {"radix": 0.79, "block 16": 0.786}, ...}`` gives a group per
-    workload with a bar per method. ``percent`` labels the bars and the axis in percent.
+    workload with a bar per method. ``percent`` labels the bars and the axis in percent; ``fmt``
+    overrides the bar labels' format (default: whole numbers for counts, else 3 digits).
     """
     import matplotlib.pyplot as plt
     import numpy as np
@@ -425,12 +427,15 @@ def grouped_bars(
         fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(rows) + 1), 3.6), layout="constrained")
     else:
         fig = ax.figure
+    if fmt is None:
+        counts = all(float(v).is_integer() for r in rows for v in table[r].values())
+        fmt = "{:.1%}" if percent else ("{:,.0f}" if counts else "{:.3g}")
     x = np.arange(len(rows))
     width = 0.8 / len(columns)
     for i, column in enumerate(columns):
         values = [table[r].get(column, np.nan) for r in rows]
         bars = ax.bar(x + (i - (len(columns) - 1) / 2) * width, values, width, label=column)
-        ax.bar_label(bars, fmt="{:.1%}" if percent else "{:.3g}", fontsize=8, padding=2)
+        ax.bar_label(bars, fmt=fmt, fontsize=8, padding=2)
     ax.set_xticks(x, rows)
     if percent:
         ax.yaxis.set_major_formatter(plt.matplotlib.ticker.PercentFormatter(1.0))

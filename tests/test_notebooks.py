@@ -1,0 +1,38 @@
+"""Every chapter executes top to bottom, headless, on CPU with the default model."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+CELL_TIMEOUT_S = 120   # a whole chapter should run in under two minutes; no single cell may exceed it
+# (wall times are reported by `pytest --durations`, never asserted: these machines are noisy)
+
+
+def test_chapters_exist():
+    names = [p.stem for p in NOTEBOOKS]
+    assert names[:6] == ["00_the_model", "01_paged_block_pool", "02_prefix_cache_hashed_blocks",
+                         "03_radix_tree", "04_hit_rates", "05_scheduling_and_routing"], names
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_committed_without_outputs(path):
+    nb = json.loads(path.read_text())
+    dirty = [i for i, c in enumerate(nb["cells"])
+             if c["cell_type"] == "code" and (c.get("outputs") or c.get("execution_count"))]
+    assert not dirty, f"{path.name}: cells {dirty} carry outputs; clear them before committing"
+
+
+@pytest.mark.notebook
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_executes_headless(path, monkeypatch):
+    import nbformat
+    from nbclient import NotebookClient
+
+    monkeypatch.setenv("NANO_ENGINE_HEADLESS", "1")     # notebooks may shorten optional demos
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
+                            resources={"metadata": {"path": str(path.parent)}})
+    client.execute()        # raises on the first failing cell, naming it
