@@ -208,10 +208,9 @@ class HashedBlockCacheManager(CacheManager):
         return PrefixMatch(blocks, len(blocks) * self.block_size)
 
     def peek(self, seq: Sequence) -> int:
-        # An estimate for ordering requests: hash membership only, without lookup's collision guard.
-        hashes = self.pool.block_hashes(seq.token_ids[:seq.num_tokens - 1], **seq.extra_keys)
-        hits = next((i for i, h in enumerate(hashes) if h not in self.pool.hash_to_block), len(hashes))
-        return hits * self.block_size
+        # The same guarded walk as lookup, but neither counted in the hit statistics nor touching.
+        blocks = self.pool.peek(seq.token_ids, max_tokens=seq.num_tokens - 1, **seq.extra_keys)
+        return len(blocks) * self.block_size
 
     def lock(self, seq: Sequence, match: PrefixMatch) -> None:
         super().lock(seq, match)
