@@ -271,7 +271,7 @@ def default_model_path() -> Path:
 
     1. ``$NANO_ENGINE_MODEL`` if set (it must exist);
     2. ``models/Qwen3-0.6B`` under the current directory or the repository root, if it holds a
-       ``config.json`` (``huggingface-cli download Qwen/Qwen3-0.6B --local-dir models/Qwen3-0.6B``);
+       ``config.json`` (``hf download Qwen/Qwen3-0.6B --local-dir models/Qwen3-0.6B``);
     3. otherwise the tiny random checkpoint, written on first use.
     """
     chosen = os.environ.get("NANO_ENGINE_MODEL")
