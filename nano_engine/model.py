@@ -219,7 +219,9 @@ class Transformer(nn.Module):
         * The engine passes a flat ``[num_tokens]`` batch, each token's ``positions``, an
           attention ``context``, and ``logits_indices``: the rows whose next token it samples
           (the last token of each sequence), so the LM head, the largest matmul of a small
-          model, runs on a handful of rows instead of every prompt token.
+          model, runs on a handful of rows instead of every prompt token. The indices select
+          along the token dimension (``x[..., logits_indices, :]``), so the plain path can ask
+          for the last position only, as :func:`generate` does.
         """
         if input_ids.numel() == 0:
             raise ValueError("input_ids is empty")
@@ -232,7 +234,7 @@ class Transformer(nn.Module):
         for layer in self.layers:
             x = layer(x, cos, sin, context)
         if logits_indices is not None:
-            x = x[logits_indices]
+            x = x[..., logits_indices, :]
         return self.lm_head(self.norm(x))
 
     @classmethod
@@ -305,13 +307,14 @@ def generate(model: Transformer, input_ids: torch.Tensor, max_new_tokens: int,
     cache = _ContiguousCache() if use_cache else None
     tokens, out = input_ids, []
     finished = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
+    last = torch.tensor([-1], device=input_ids.device)   # greedy needs the last position's logits only
     for step in range(max_new_tokens):
         if cache is None:
-            logits = model(tokens)[:, -1]
+            logits = model(tokens, logits_indices=last)[:, -1]
         else:
             new = input_ids if step == 0 else tokens[:, -1:]
             pos = torch.arange(tokens.shape[1] - new.shape[1], tokens.shape[1], device=tokens.device)
-            logits = model(new, positions=pos.expand_as(new), context=cache)[:, -1]
+            logits = model(new, positions=pos.expand_as(new), context=cache, logits_indices=last)[:, -1]
         next_token = logits.argmax(-1)
         if eos_token_id is not None:
             next_token = torch.where(finished, torch.full_like(next_token, eos_token_id), next_token)
