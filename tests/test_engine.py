@@ -266,6 +266,10 @@ def test_cuda_equals_reference_and_bf16_is_close(prompts, eos):
     engine = LLMEngine(bf16, eos_token_id=eos)
     assert engine.kv_cache.k[0].dtype == torch.bfloat16
     out = engine.generate(prompts, SamplingParams(max_tokens=MAX_TOKENS))
-    same_first = sum(o[0] == r[0] for o, r in zip(out, ref))
-    assert same_first >= 12, f"bf16 agrees with fp32 on the first token of only {same_first}/16 prompts"
+    # bf16 rounding may swap near-tied candidates (random weights), so equality is not expected;
+    # but each first token must be among fp32's five best, not an arbitrary one of 151,936.
+    with torch.inference_mode():
+        top5 = [set(model(torch.tensor([p], device="cuda"))[0, -1].topk(5).indices.tolist()) for p in prompts]
+    outside = [i for i, (o, best) in enumerate(zip(out, top5)) if o[0] not in best]
+    assert not outside, f"bf16's first token is outside fp32's top 5 for prompts {outside}"
     engine.check_no_leaks()
