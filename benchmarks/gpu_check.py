@@ -494,8 +494,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tokenizer", default="build/gpu_check/tokenizer",
                         help="folder with tokenizer.json + tokenizer_config.json (benchmarks/prepare_gpu_check.sh)")
-    parser.add_argument("--pylib", default="build/gpu_check/pylib",
-                        help="pure-Python packages for pytest, if present (benchmarks/prepare_gpu_check.sh)")
+    parser.add_argument("--pylib", default=None,
+                        help="a folder of test packages (pytest, hypothesis) built for the target Python, "
+                             "for a machine that lacks them")
     parser.add_argument("--budget-s", type=float, default=420, help="skip what would not end within this")
     parser.add_argument("--num-seqs", type=int, default=256)
     parser.add_argument("--min-len", type=int, default=100, help="prompt and output lengths are min-len..max-len")
