@@ -47,7 +47,8 @@ def test_the_exercises_the_issue_asks_for_exist():
     assert {"101", "102", "103", "104", "105", "106", "130", "131"} <= set(by_number)
     assert by_number["130"].difficulty == "medium" and by_number["131"].difficulty == "hard"
     chapters = {ex.chapter for ex in EXERCISES}
-    assert chapters == {"02_prefix_cache_hashed_blocks", "03_radix_tree", "05_scheduling_and_routing"}
+    assert chapters == {"00_the_model", "01_paged_block_pool", "02_prefix_cache_hashed_blocks", "03_radix_tree",
+                        "04_hit_rates", "05_scheduling_and_routing"}, "every chapter has an exercise"
 
 
 @pytest.mark.parametrize("ex", EXERCISES, ids=lambda e: e.name)
@@ -137,6 +138,11 @@ def test_prefix_caching_block_pool_passes_131_lora_and_salt():
 def test_radix_cache_passes_the_radix_exercises(number):
     radix = pytest.importorskip("nano_engine.radix", reason="nano_engine.radix not written yet")
     _package_passes(number, _module(RadixCache=radix.RadixCache))
+
+
+def test_workloads_hit_rate_passes_108():
+    workloads = pytest.importorskip("nano_engine.workloads", reason="nano_engine.workloads not written yet")
+    _package_passes("108", _module(hit_rate=workloads.hit_rate))
 
 
 def test_a_package_class_with_a_bug_would_fail():
