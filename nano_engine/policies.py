@@ -1,12 +1,12 @@
-"""policies.py: cache-aware admission orders for the scheduler (SGLang's LPM and DFS-weight).
+"""policies.py: cache-aware admission orders for the scheduler (LPM and DFS-weight, after SGLang).
 
 With a prefix cache, the order in which waiting requests start changes how much they reuse.
 Under memory pressure, first come first served (``fcfs``, in ``nano_engine.scheduler``) can let a
 prefix be evicted between two requests that share it, because other requests were admitted in
 between. A cache-aware order runs requests that share a cached prefix back to back:
 
-* ``lpm`` (longest prefix match, SGLang's default): the requests with the longest cached prefix
-  first. They are the cheapest to start, and their prefix is reused while it is still cached.
+* ``lpm`` (longest prefix match): the requests with the longest cached prefix first. They are the
+  cheapest to start, and their prefix is reused while it is still cached.
 * ``dfs-weight``: group the waiting requests by where their cached prefix ends in the prefix
   tree; the *weight* of a node is the number of waiting requests in its subtree. Walk the tree
   depth first, heaviest child first, and list each node's requests after its subtree's. The
@@ -17,18 +17,32 @@ manager. DFS-weight builds its tree from those matched prefixes (a :class:`Radix
 matched tokens): the nodes where waiting requests' matches branch, the same grouping SGLang reads
 off its cache's tree, for the hashed-block cache too.
 
+What SGLang does (``python/sglang/srt/managers/schedule_policy.py``, read 2026): its default
+``--schedule-policy`` is ``fcfs`` (``ServerArgs.schedule_policy``; releases of 2024 defaulted to
+``lpm``). ``lpm`` and ``dfs-weight`` are two of its *cache-aware* policies (``CacheAwarePolicy``;
+``hrrn`` joined them in July 2026, PR #32911); ``SchedulePolicy.calc_priority`` matches prefixes
+and applies the in-batch rule (``_compute_prefix_matches``) only under those, never under
+``fcfs``. With the radix cache disabled, a cache-aware policy becomes ``fcfs``
+(``_validate_and_adjust_policy``).
+
 Two safety rails, shared by both:
 
 * **Fallback to FCFS.** Matching every waiting prompt costs time on every step. With more than
   ``fcfs_threshold`` requests waiting (SGLang: 128), the queue order is used and nothing is
-  matched. (SGLang applies it to LPM only; here DFS-weight, which matches too, does the same.)
-* **No starvation.** A greedy order can pass over a request forever: a prompt that shares
-  nothing waits while a stream of later, cache-hitting requests goes first. A request is *passed
-  over* in a round (a scheduler step that admits requests) when it stays waiting while a request
-  that arrived after it is admitted. A request passed over ``max_passed_over`` times goes first,
-  ahead of the cache-aware order (oldest first among such). The scheduler admits a prefix of the
-  order and stops at the first request that does not fit, so from then on no later arrival can
-  be admitted before it: **no request is ever passed over more than ``max_passed_over`` times.**
+  matched. (SGLang's ``SchedulePolicy._determine_active_policy`` applies it to ``lpm`` and
+  ``hrrn``, not to ``dfs-weight``; here DFS-weight, which matches too, falls back as well.)
+* **No starvation (this package's own rule, not SGLang's).** A greedy order can pass over a
+  request forever: a prompt that shares nothing waits while a stream of later, cache-hitting
+  requests goes first. A request is *passed over* in a round (a scheduler step that admits
+  requests) when it stays waiting while a request that arrived after it is admitted. A request
+  passed over ``max_passed_over`` times goes first, ahead of the cache-aware order (oldest first
+  among such). The scheduler admits a prefix of the order and stops at the first request that
+  does not fit, so from then on no later arrival can be admitted before it: **no request is ever
+  passed over more than ``max_passed_over`` times.** SGLang's ``lpm`` has no such bound; SGLang
+  handles starvation with priority scheduling (``--enable-priority-scheduling``: requests carry a
+  priority, ``_sort_by_priority_and_fcfs``) and, since July 2026, the ``hrrn`` policy, whose
+  ratio of tokens prefilled while a request waits to its uncached tokens grows until an old
+  request outranks new cache hits (``_sort_by_hrrn``).
 
 A policy learns who was admitted by comparing the queue it sees with the one it saw last time:
 a request gone from it (or back in it after a preemption) was admitted in between.
@@ -44,14 +58,14 @@ from nano_engine.radix import Node, RadixCache
 from nano_engine.sequence import Sequence
 
 FCFS_THRESHOLD = 128
-"""SGLang's queue length above which LPM gives way to FCFS."""
+"""SGLang's queue length above which LPM gives way to FCFS (``_determine_active_policy``)."""
 
 MAX_PASSED_OVER = 16
-"""Default bound on how many rounds a request can be passed over."""
+"""Default bound on how many rounds a request can be passed over (this package's rule; SGLang has none)."""
 
 
 class CacheAwarePolicy(ABC):
-    """The FCFS fallback and the starvation bound; subclasses give the cache-aware order.
+    """The FCFS fallback (as SGLang's) and the starvation bound (this package's); subclasses give the order.
 
     ``max_passed_over=None`` removes the bound (to show starvation; do not serve like that).
     ``passed_over[seq]``: rounds ``seq`` has been passed over during its current wait.
@@ -109,12 +123,15 @@ class CacheAwarePolicy(ABC):
 class LongestPrefixMatch(CacheAwarePolicy):
     """``lpm``: longest cached prefix first; equal matches keep the queue order.
 
-    In-batch prefix sharing (SGLang's refinement, ``in_batch_threshold``, 32 tokens as in SGLang):
+    In-batch prefix sharing (SGLang's refinement under its cache-aware policies, ``in_batch_threshold``;
+    32 tokens as SGLang's ``IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD`` and ``..._DEPRIORITIZE_THRESHOLD``):
     when several waiting requests share a prefix that is *not cached yet*, they all match little,
     and starting them in the same round would compute that prefix once per request. So a request
     whose cached match is at most ``in_batch_threshold`` tokens, and whose prompt shares at least
     that many tokens with an earlier request in the queue, goes to the end: it will find the
-    prefix cached once the earlier one has run. ``None`` turns this off.
+    prefix cached once the earlier one has run. ``None`` turns this off. (SGLang's
+    ``_sort_by_longest_prefix`` likewise sorts deferred requests last; it matches the whole
+    ``origin_input_ids + output_ids``, this package the prompt without its last token.)
     """
 
     name = "lpm"
@@ -143,7 +160,12 @@ class LongestPrefixMatch(CacheAwarePolicy):
 
 
 class DFSWeight(CacheAwarePolicy):
-    """``dfs-weight``: depth first over the tree of cached prefixes, heaviest subtree first."""
+    """``dfs-weight``: depth first over the tree of cached prefixes, heaviest subtree first.
+
+    SGLang (``_sort_by_dfs_weight`` → ``RadixCache.dfs_weight_order``) walks its cache's own tree
+    from each request's ``last_node``; this package builds a small tree of the matched prefixes
+    instead, so that the hashed-block cache can use the policy too.
+    """
 
     name = "dfs-weight"
 
