@@ -10,8 +10,9 @@ holds a popular prefix, so the router must also balance load.
 
 * ``round_robin``: instances in turn. Perfect balance, no affinity at all.
 * ``least_load``: the instance with the fewest requests in flight.
-* ``cache_aware``: SGLang's router policy. Per instance, the router keeps an *approximate* radix
-  tree (:class:`~nano_engine.radix.RadixCache`) of the prompts it sent there: it cannot see the
+* ``cache_aware``: the policy of SGLang's router (sgl-router, renamed SGLang Model Gateway, now
+  developed as smg-project/smg). Per instance, the router keeps an *approximate* radix tree
+  (:class:`~nano_engine.radix.RadixCache`) of the prompts it sent there: it cannot see the
   instance's cache, so it assumes what it sent is cached, and trims the tree to a size bound,
   least recently used first, as the instance's cache would evict. Then, for each request:
 
@@ -23,6 +24,29 @@ holds a popular prefix, so the router must also balance load.
      the most room for a new prefix.
 
   In every case the prompt is recorded in the chosen instance's tree.
+
+**What SGLang's router does differently** (``CacheAwarePolicy::select_worker`` in
+``sgl-model-gateway/src/policies/cache_aware.rs`` of sgl-project/sglang, and
+``model_gateway/src/policies/cache_aware.rs`` of smg-project/smg, read 2026):
+
+* Its tree is over request **text** (characters), not token ids: it routes before any
+  tokenizer runs, and the match ratio is matched characters over prompt characters. (smg adds a
+  token tree for pre-tokenized gRPC requests.) This package's router matches token ids.
+* Step 3: the rule above, "smallest tree", is the original design (still described in the
+  file's header comment); the code now sends a low-match request to the **least-loaded** worker.
+  This package keeps the smallest-tree rule.
+* Trees are trimmed by a background thread every ``eviction_interval_secs`` to
+  ``max_tree_size``; this package trims on every insert (a simulation has no clock), to
+  ``tree_capacity`` tokens per instance.
+* Load is the gateway's own in-flight count (``Worker::load``), as here; smg can also use the
+  loads the engines report, and turns the balance rule into a per-request "spill" gate against
+  the fleet's mean load.
+
+Defaults (below) are the gateway's command-line defaults, the same in ``main.rs``'s ``CliArgs``
+(sgl-model-gateway and smg) and in the Python ``RouterArgs`` (``sglang_router/router_args.py``):
+``cache_threshold`` 0.3, ``balance_abs_threshold`` 64, ``balance_rel_threshold`` 1.5,
+``max_tree_size`` 2**26, eviction every 120 s (some versions of ``RouterArgs`` say 60 s). The
+Rust ``CacheAwareConfig::default()`` used by library callers differs (0.5, 32, 1.1, 30 s, 10,000).
 
 **Load** is the number of requests in flight at an instance: routed there and not yet finished,
 counted by the router itself (``route`` adds one, ``complete`` takes it away), as SGLang's router
@@ -56,6 +80,12 @@ from nano_engine.workloads import Method, ReplayCache
 
 ROUTING_POLICIES = ("round_robin", "least_load", "cache_aware")
 
+# SGLang Model Gateway's command-line defaults (see the module docstring for the source).
+CACHE_THRESHOLD = 0.3
+BALANCE_ABS_THRESHOLD = 64
+BALANCE_REL_THRESHOLD = 1.5
+TREE_CAPACITY = 1 << 26      # the gateway's max_tree_size (characters there, tokens per instance here)
+
 
 class Router:
     """Route requests to ``num_instances`` instances (see the module docstring).
@@ -65,7 +95,8 @@ class Router:
         cache_threshold: the match ratio (matched / prompt tokens) above which affinity wins.
         balance_abs_threshold, balance_rel_threshold: the loads are imbalanced when
             ``max - min > abs`` and ``max > min * rel`` (SGLang's rule: both must hold).
-        tree_capacity: tokens each approximate tree keeps at most (LRU-trimmed); None: unbounded.
+        tree_capacity: tokens each approximate tree keeps at most (LRU-trimmed at every insert); None:
+            unbounded.
         kv_event_pools: one pool per instance; the cache-aware policy then matches against the
             hashes their KV events report instead of the approximate trees.
 
@@ -74,9 +105,9 @@ class Router:
     ``"smallest"``).
     """
 
-    def __init__(self, num_instances: int, policy: str = "cache_aware", *, cache_threshold: float = 0.5,
-                 balance_abs_threshold: int = 32, balance_rel_threshold: float = 1.5,
-                 tree_capacity: int | None = 1 << 20,
+    def __init__(self, num_instances: int, policy: str = "cache_aware", *, cache_threshold: float = CACHE_THRESHOLD,
+                 balance_abs_threshold: int = BALANCE_ABS_THRESHOLD, balance_rel_threshold: float = BALANCE_REL_THRESHOLD,
+                 tree_capacity: int | None = TREE_CAPACITY,
                  kv_event_pools: Sequence[PrefixCachingBlockPool] | None = None) -> None:
         if not isinstance(num_instances, int) or num_instances < 1:
             raise ValueError(f"num_instances must be an int >= 1, got {num_instances!r}")
@@ -210,6 +241,8 @@ class Router:
 
 class Instance(Protocol):
     """What :func:`run_trace` needs from an instance."""
+
+    stats: InstanceStats
 
     def submit(self, request_id: int, prompt: list[int]) -> None: ...
 
