@@ -20,7 +20,7 @@ off its cache's tree, for the hashed-block cache too.
 What SGLang does (``python/sglang/srt/managers/schedule_policy.py``, read 2026): its default
 ``--schedule-policy`` is ``fcfs`` (``ServerArgs.schedule_policy``; releases of 2024 defaulted to
 ``lpm``). ``lpm`` and ``dfs-weight`` are two of its *cache-aware* policies (``CacheAwarePolicy``;
-``hrrn`` joined them in July 2026, PR #32911); ``SchedulePolicy.calc_priority`` matches prefixes
+``hrrn`` joined them in September 2026, PR #32911); ``SchedulePolicy.calc_priority`` matches prefixes
 and applies the in-batch rule (``_compute_prefix_matches``) only under those, never under
 ``fcfs``. With the radix cache disabled, a cache-aware policy becomes ``fcfs``
 (``_validate_and_adjust_policy``).
@@ -40,7 +40,7 @@ Two safety rails, shared by both:
   does not fit, so from then on no later arrival can be admitted before it: **no request is ever
   passed over more than ``max_passed_over`` times.** SGLang's ``lpm`` has no such bound; SGLang
   handles starvation with priority scheduling (``--enable-priority-scheduling``: requests carry a
-  priority, ``_sort_by_priority_and_fcfs``) and, since July 2026, the ``hrrn`` policy, whose
+  priority, ``_sort_by_priority_and_fcfs``) and, since September 2026, the ``hrrn`` policy, whose
   ratio of tokens prefilled while a request waits to its uncached tokens grows until an old
   request outranks new cache hits (``_sort_by_hrrn``).
 
