@@ -68,7 +68,8 @@ class VllmBlockPool:
         for block, count in Counter(block_ids).items():
             if count > self.ref_cnt[block]:
                 raise ValueError(f"block {block} is freed {count} time(s) but has {self.ref_cnt[block]} reference(s)")
-        fresh, cached = [], []
+        fresh: list[int] = []                    # released blocks without a hash
+        cached: list[int] = []                   # released blocks holding one
         for block in reversed(block_ids):        # the tail of a request goes first
             self.ref_cnt[block] -= 1
             if self.ref_cnt[block] == 0:

@@ -52,7 +52,7 @@ def test_new_pool():
 
 def test_bad_num_blocks():
     for bad in (0, -1, 2.0, "3", None):
-        assert raises_value_error(lambda: VllmBlockPool(bad)), f"VllmBlockPool({bad!r})"
+        assert raises_value_error(lambda bad=bad: VllmBlockPool(bad)), f"VllmBlockPool({bad!r})"
     assert VllmBlockPool(1).free_queue == [0]
 
 
@@ -75,7 +75,7 @@ def test_allocate_bad_input_changes_nothing():
     pool.cache_block(b, 5)
     before = snapshot(pool, [5])
     for bad in (-1, 3, 1.0, "1", None):
-        assert raises_value_error(lambda: pool.allocate(bad)), f"allocate({bad!r})"
+        assert raises_value_error(lambda bad=bad: pool.allocate(bad)), f"allocate({bad!r})"
         assert snapshot(pool, [5]) == before, f"allocate({bad!r}) changed the pool"
     assert pool.allocate(2) == [1, 2], "exactly the free blocks can be taken"
 
@@ -191,7 +191,7 @@ def test_free_order_within_a_request():
 def test_free_goes_after_earlier_freed_hashed_blocks():
     pool = VllmBlockPool(6)
     first, second = pool.allocate(2), pool.allocate(2)
-    for b, h in zip(first + second, (1, 2, 3, 4)):
+    for b, h in zip(first + second, (1, 2, 3, 4), strict=True):
         pool.cache_block(b, h)
     pool.free(first)
     pool.free(second)
@@ -273,11 +273,11 @@ class Model:
 
 def test_random_requests_against_a_model():
     rng = random.Random(25)
-    for trial in range(30):
+    for _trial in range(30):
         n = rng.randint(2, 10)
         pool, model = VllmBlockPool(n), Model(n)
         requests = []
-        for step in range(80):
+        for _step in range(80):
             action = rng.random()
             if action < 0.4 and model.queue:
                 k = rng.randint(1, len(model.queue))

@@ -68,7 +68,7 @@ def test_example_salt_keeps_tenants_apart():
 
 def test_bad_block_size():
     for bad in (0, -2, 2.0, "2", None):
-        assert raises(ValueError, lambda: KVEventConsumer(bad)), f"KVEventConsumer({bad!r})"
+        assert raises(ValueError, lambda bad=bad: KVEventConsumer(bad)), f"KVEventConsumer({bad!r})"
     assert KVEventConsumer(1).match([5]) == 0
 
 
@@ -180,11 +180,11 @@ def test_bad_events_change_nothing():
         BlockStored(good.block_hashes, None, good.token_ids, 2, None, [None, None, None]),
     ]
     for event in bad:
-        assert raises(ValueError, lambda: consumer.apply(event)), f"{event} must be refused"
+        assert raises(ValueError, lambda event=event: consumer.apply(event)), f"{event} must be refused"
         assert consumer.cached_hashes == set(chain(PROMPT, 2)), "a refused event changes nothing"
         assert consumer.match([7, 7, 8, 8]) == 0 and consumer.match(PROMPT) == 8
     for junk in (None, "BlockStored", 42, [good], {"block_hashes": [1]}):
-        assert raises(TypeError, lambda: consumer.apply(junk)), f"{junk!r} is not an event"
+        assert raises(TypeError, lambda junk=junk: consumer.apply(junk)), f"{junk!r} is not an event"
     assert consumer.cached_hashes == set(chain(PROMPT, 2))
 
 
@@ -222,15 +222,15 @@ class Engine:
 
 def test_random_engine_against_ground_truth():
     rng = random.Random(26)
-    for trial in range(15):
+    for _trial in range(15):
         bs = rng.choice([1, 2, 3, 4])
         engine, consumer = Engine(bs), KVEventConsumer(bs)
         stems = [[rng.randint(0, 3) for _ in range(rng.randint(0, 12))] for _ in range(4)]
 
-        def prompt():
+        def prompt(stems=stems):
             return rng.choice(stems) + [rng.randint(0, 3) for _ in range(rng.randint(0, 10))]
 
-        for step in range(80):
+        for _step in range(80):
             action = rng.random()
             if action < 0.45:
                 engine.run(prompt(), lora_id=rng.choice([None, None, 1]), cache_salt=rng.choice([None, None, "s"]),

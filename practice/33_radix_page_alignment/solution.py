@@ -74,6 +74,7 @@ class PagedRadixCache:
     def _split(self, child: Node, n: int) -> Node:
         """Cut child's edge after n tokens (a page boundary); return the new upper node."""
         parent = child.parent
+        assert parent is not None                # the root is never split
         upper = Node(child.key[:n], child.value[:n], parent)
         parent.children[self._page(child.key)] = upper
         child.key, child.value, child.parent = child.key[n:], child.value[n:], upper

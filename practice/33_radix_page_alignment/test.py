@@ -51,7 +51,7 @@ def test_example_finished_request_frees_duplicates_and_tail():
 
 def test_bad_page_size():
     for bad in (0, -1, 2.0, "2", None):
-        assert raises_value_error(lambda: PagedRadixCache(bad)), f"PagedRadixCache({bad!r})"
+        assert raises_value_error(lambda bad=bad: PagedRadixCache(bad)), f"PagedRadixCache({bad!r})"
 
 
 def test_children_are_keyed_by_their_whole_first_page():
@@ -104,7 +104,7 @@ def test_insert_rejects_unaligned_or_mismatched_keys():
     cache = PagedRadixCache(2)
     cache.insert([1, 2], [1, 2])
     for key, value in (([1, 2, 3], [1, 2, 3]), ([3], [3]), ([1, 2, 3, 4], [1, 2, 3]), ([4, 4], [4])):
-        assert raises_value_error(lambda: cache.insert(key, value)), f"insert({key}, {value})"
+        assert raises_value_error(lambda key=key, value=value: cache.insert(key, value)), f"insert({key}, {value})"
         assert check_tree(cache) == {(1, 2): [1, 2]}, "a refused insert changes nothing"
     assert cache.insert([], []) == 0
     assert cache.total_size() == 2
@@ -148,7 +148,7 @@ def test_finished_request_bad_input_changes_nothing():
                  ([1, 2, 3, 4, 5], [1, 2, 3, 4, 5], -2), ([1, 2, 3, 4, 5], [1, 2, 3, 4, 5], 2.0)):
         tokens, slots = args[0], args[1]
         num_prefix = args[2] if len(args) > 2 else 0
-        assert raises_value_error(lambda: cache.cache_finished(tokens, slots, num_prefix)), f"cache_finished{args}"
+        assert raises_value_error(lambda t=tokens, s=slots, p=num_prefix: cache.cache_finished(t, s, p)), f"cache_finished{args}"
         assert check_tree(cache) == {(1, 2): [1, 2]}, "a refused call changes nothing"
     assert cache.cache_finished([1, 2, 3, 4, 5], [1, 2, 3, 4, 5], 4) == [5], "num_prefix may be the aligned length"
 
@@ -189,10 +189,10 @@ class Model:
 
 def test_random_against_a_model():
     rng = random.Random(33)
-    for trial in range(30):
+    for _trial in range(30):
         size = rng.choice([1, 2, 3, 4])
         cache, model, slot = PagedRadixCache(size), Model(size), 0
-        for step in range(40):
+        for _step in range(40):
             n = rng.randint(0, 5) * size
             key = [rng.randint(0, 2) for _ in range(n)]
             value = list(range(slot, slot + n))

@@ -5,9 +5,7 @@ from typing import Callable
 
 def common_prefix_len(a: list[int], b: list[int]) -> int:
     n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
+    while n < min(len(a), len(b)) and a[n] == b[n]:
         n += 1
     return n
 

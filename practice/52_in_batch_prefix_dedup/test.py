@@ -43,7 +43,7 @@ def test_check_threshold_is_inclusive():
     for cached, deprioritized in ((31, True), (32, True), (33, False)):
         table = {0: cached, 500: 0}
         waiting = [("first", [500] + prompt), ("p", prompt), ("q", prompt)]
-        got = lpm_order(waiting, lambda t: table[t[0]] if t[0] in table else 0)
+        got = lpm_order(waiting, lambda t, table=table: table[t[0]] if t[0] in table else 0)
         if deprioritized:
             assert got == ["p", "first", "q"], f"cached {cached} <= 32: q shares 60 tokens with p, it waits"
         else:
@@ -184,13 +184,14 @@ def reference(waiting, match_len, check, dep, fcfs):
 
 def test_random_queues_against_a_trie():
     rng = random.Random(52)
-    for trial in range(300):
+    for _trial in range(300):
         stems = [[rng.randint(0, 2) for _ in range(rng.randint(0, 8))] for _ in range(3)]
         waiting = [(f"r{i}", rng.choice(stems) + [rng.randint(0, 2) for _ in range(rng.randint(0, 5))])
                    for i in range(rng.randint(0, 12))]
         lengths = {rid: rng.randint(0, 8) for rid, _ in waiting}
         by_prompt = {tuple(t): lengths[rid] for rid, t in waiting}
         check, dep, fcfs = rng.randint(-1, 8), rng.randint(1, 8), rng.choice([4, 8, 128])
-        got = lpm_order(waiting, lambda t: by_prompt[tuple(t)], check_threshold=check,
+        match_len = by_prompt.__getitem__
+        got = lpm_order(waiting, lambda t, m=match_len: m(tuple(t)), check_threshold=check,
                         deprioritize_threshold=dep, fcfs_threshold=fcfs)
-        assert got == reference(waiting, lambda t: by_prompt[tuple(t)], check, dep, fcfs)
+        assert got == reference(waiting, lambda t, m=match_len: m(tuple(t)), check, dep, fcfs)
