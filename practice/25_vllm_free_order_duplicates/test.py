@@ -139,6 +139,20 @@ def test_cache_block_bad_input_changes_nothing():
     assert raises_value_error(lambda: pool.cache_block(-1, 6)), "block -1 does not exist"
     assert snapshot(pool, [5, 6]) == before
     assert pool.lookup(5) == a
+    pool.cache_block(b, 0)
+    assert raises_value_error(lambda: pool.cache_block(b, 6)), "block b already caches hash 0 (0 is a hash too)"
+    assert pool.cached_blocks(0) == [b] and pool.cached_blocks(6) == []
+
+
+def test_block_ids_must_be_ints():
+    pool = VllmBlockPool(3)
+    [b] = pool.allocate(1)
+    before = snapshot(pool, [1])
+    for bad in (0.0, "0", None, [0]):
+        assert raises_value_error(lambda bad=bad: pool.touch([bad])), f"touch([{bad!r}])"
+        assert raises_value_error(lambda bad=bad: pool.free([bad])), f"free([{bad!r}])"
+        assert raises_value_error(lambda bad=bad: pool.cache_block(bad, 1)), f"cache_block({bad!r}, 1)"
+        assert snapshot(pool, [1]) == before
 
 
 def test_lookup_changes_nothing():
