@@ -116,6 +116,16 @@ def test_extra_keys_come_from_the_event_per_block():
     assert view_of(odd).match(PROMPT) == 2
 
 
+def test_zero_is_a_hash_like_any_other():
+    consumer = view_of(BlockStored(block_hashes=[0, 1], parent_block_hash=None, token_ids=[1, 2, 3, 4],
+                                   block_size=2, lora_id=None, extra_keys=[None, None]))
+    assert consumer.cached_hashes == {0, 1}
+    assert consumer.match([1, 2, 3, 4]) == 4
+    consumer.apply(BlockStored(block_hashes=[2], parent_block_hash=0, token_ids=[7, 7], block_size=2,
+                               lora_id=None, extra_keys=[None]))
+    assert consumer.match([1, 2, 7, 7]) == 4, "block [7, 7] was stored after the block with hash 0"
+
+
 def test_removed_block_breaks_the_chain():
     hashes = chain(PROMPT, 2)
     consumer = view_of(stored(PROMPT, 2), BlockRemoved([hashes[1]]))
