@@ -160,6 +160,8 @@ def test_page_size_one_is_a_plain_radix_tree():
     assert cache.cache_finished([1, 2, 4, 5], [1, 2, 9, 8], 2) == []
     assert cache.match_prefix([1, 2, 4, 5, 6]) == [1, 2, 9, 8]
     assert sorted(cache.root.children[(1,)].children) == [(3,), (4,)]
+    assert raises_value_error(lambda: cache.cache_finished([7], [70], -1)), "num_prefix -1 is a multiple of 1, but negative"
+    assert cache.match_prefix([7]) == []
 
 
 class Model:
