@@ -67,6 +67,28 @@ def test_custom_thresholds():
         "a", "b", "c", "d"], "cached length 1 > check_threshold 0: nobody is checked"
 
 
+def test_small_deprioritize_thresholds():
+    lengths = {1: 0, 2: 10, 3: 50}
+    waiting = [("a", [1, 5]), ("b", [2, 6]), ("c", [3, 7])]
+
+    def match(tokens):
+        return lengths[tokens[0]]
+
+    assert lpm_order(waiting, match, deprioritize_threshold=1) == ["c", "b", "a"], (
+        "a and b share no token: both kept, LPM order")
+    assert lpm_order(waiting + [("d", [2, 9])], match, deprioritize_threshold=1) == ["c", "b", "a", "d"]
+    assert lpm_order(waiting, match, deprioritize_threshold=0) == ["c", "a", "b"], (
+        "sharing >= 0 tokens always holds: every checked request is deprioritized, the first one too")
+
+
+def test_fcfs_threshold_zero():
+    calls = []
+    waiting = [("a", [1]), ("b", [2])]
+    assert lpm_order(waiting, lambda t: calls.append(t) or t[0], fcfs_threshold=0) == ["a", "b"]
+    assert calls == [], "any waiting request is more than 0"
+    assert lpm_order([], lambda t: 0, fcfs_threshold=0) == []
+
+
 def test_negative_check_threshold_disables_the_check():
     waiting = [("a", SYSTEM), ("b", SYSTEM), ("c", SYSTEM + [1])]
     assert lpm_order(waiting, nothing_cached, check_threshold=-1) == ["a", "b", "c"]
