@@ -1,0 +1,28 @@
+"""Classic mistakes for exercise 26, as edits of solution.py (each `old` occurs there exactly once)."""
+
+MISTAKES = [
+    {"name": "hashes_as_a_set",
+     "explain": "remembers only whether a hash was stored, so removing one of two duplicate blocks loses a prefix the engine still serves",
+     "old": "self._holders[block_hash] = self._holders.get(block_hash, 0) + 1", "new": "self._holders[block_hash] = 1"},
+    {"name": "every_block_gets_the_event_parent",
+     "explain": "gives every block of an event the event's parent_block_hash, so the chain inside a run is lost",
+     "old": "            parent = block_hash           # the next block's parent is this one", "new": "            pass"},
+    {"name": "runs_start_at_sequence_start",
+     "explain": "ignores parent_block_hash and treats every run as the start of a sequence",
+     "old": "        parent = event.parent_block_hash", "new": "        parent = None"},
+    {"name": "tokens_without_parent",
+     "explain": "keys a block by its tokens alone, so the same tokens after another prefix look cached",
+     "old": "    return (parent, tuple(tokens), keys)", "new": "    return (tuple(tokens), keys)"},
+    {"name": "extra_keys_ignored",
+     "explain": "drops the extra keys, so another tenant's salted blocks or another adapter's blocks look cached",
+     "old": "    return (parent, tuple(tokens), keys)", "new": "    return (parent, tuple(tokens))"},
+    {"name": "unknown_removal_crashes",
+     "explain": "raises on a removal of a hash the view never saw, which a router that started listening late receives",
+     "old": "count = self._holders.get(block_hash, 0)", "new": "count = self._holders[block_hash]"},
+    {"name": "clear_keeps_hashes",
+     "explain": "AllBlocksCleared forgets the block keys but keeps the hashes as cached",
+     "old": "            self._holders.clear()", "new": "            pass"},
+    {"name": "extra_keys_count_unchecked",
+     "explain": "does not check that extra_keys has one entry per block, so a bad event fails halfway and leaves part of it applied",
+     "old": "if len(event.extra_keys) != n:", "new": "if False:"},
+]
