@@ -7,8 +7,11 @@ same model and the same greedy outputs:
 
 * :func:`write_random_checkpoint` writes ``config.json``, ``model.safetensors`` and the
   tokenizer files for any Qwen3 config;
-* :func:`tiny_checkpoint` / :func:`full_size_checkpoint` write the small teaching model and a
-  Qwen3-0.6B-shaped one once into the cache folder and reuse them afterwards;
+* :func:`tiny_checkpoint` / :func:`medium_checkpoint` / :func:`full_size_checkpoint` write the
+  small teaching model, a mid-sized one for timing experiments and a Qwen3-0.6B-shaped one once
+  into the cache folder and reuse them afterwards;
+* :func:`model_path` returns any of those by name (the :data:`PRESETS` registry), and
+  :func:`resolve_model` also accepts ``"default"`` or a folder, as the command line does;
 * :func:`default_model_path` picks the model: ``$NANO_ENGINE_MODEL``, else the real
   ``models/Qwen3-0.6B`` if the reader downloaded it, else the tiny checkpoint.
 
@@ -79,6 +82,36 @@ TINY_CONFIG: dict = {
     "max_window_layers": 4,
     "num_attention_heads": 4,
     "num_hidden_layers": 4,
+    "num_key_value_heads": 2,
+    "torch_dtype": "float32",
+}
+
+# The timing model: the same architecture and vocabulary, with a body heavy enough that prompt
+# processing is what a step spends its time on, so prefix caching visibly saves time. On tiny the
+# LM head (151,936 x 128) is ~96% of the weights; the engine runs it on one row per sequence, so a
+# 130-token prefill costs little more than a decode step and skipping 96 cached tokens saves
+# nothing measurable (chapter 02 timed 0.63 s with the cache against 0.50 s without). What matters
+# is the body's multiply-adds per prompt token against the LM head's per generated token. Measured
+# on 2 shared CPU cores (one thread, best of 3; the five chat prompts after the first, 16 new tokens
+# each; cache off -> on):
+#   hidden 128, 4 layers,  inter 384  (tiny):  body  0.8M  wall 1.05x  TTFT 0.63x
+#   hidden 256, 8 layers,  inter 1024:         body  7.9M  wall 0.93x  TTFT 0.43x
+#   hidden 256, 8 layers,  inter 3072:         body 20.5M  wall 0.69x  TTFT 0.31x   <- medium
+#   hidden 256, 12 layers, inter 2048:         body 21.2M  wall 0.72x  TTFT 0.35x
+#   hidden 512, 8 layers,  inter 2048:         body 31.5M  several times slower per run
+# Hidden 256 keeps the LM head (and the 240 MB float32 file) small; a wide MLP rather than more
+# layers puts the FLOPs into a few large matmuls, which CPUs run efficiently, and keeps the
+# per-layer Python overhead of a decode step low. Qwen3 uses intermediate = 3 x hidden; 12 x here
+# is a deliberate choice for the experiment, not Qwen3's ratio.
+MEDIUM_CONFIG: dict = {
+    **QWEN3_0_6B_CONFIG,
+    "head_dim": 64,
+    "hidden_size": 256,
+    "intermediate_size": 3072,
+    "max_position_embeddings": 4096,
+    "max_window_layers": 8,
+    "num_attention_heads": 4,
+    "num_hidden_layers": 8,
     "num_key_value_heads": 2,
     "torch_dtype": "float32",
 }
@@ -258,12 +291,58 @@ def tiny_checkpoint() -> Path:
     return _build_once(f"qwen3-tiny-v{CACHE_VERSION}", lambda folder: write_random_checkpoint(folder, TINY_CONFIG))
 
 
+def medium_checkpoint() -> Path:
+    """The medium Qwen3 checkpoint (8 layers, hidden 256, intermediate 3072, real vocabulary,
+    float32; see :data:`MEDIUM_CONFIG` for why this shape), written into the cache on first use
+    (a few seconds, 240 MB) and reused afterwards. The chapters' timing cells run on it."""
+    return _build_once(f"qwen3-medium-v{CACHE_VERSION}", lambda folder: write_random_checkpoint(folder, MEDIUM_CONFIG))
+
+
 def full_size_checkpoint(dtype: torch.dtype = torch.bfloat16) -> Path:
     """A Qwen3-0.6B-shaped checkpoint with random weights (1.2 GB in bfloat16), written once.
 
     For benchmarks: throughput depends on shapes, not on weight values."""
     name = f"qwen3-0.6b-random-{_dtype_name(dtype)}-v{CACHE_VERSION}"
     return _build_once(name, lambda folder: write_random_checkpoint(folder, QWEN3_0_6B_CONFIG, dtype=dtype))
+
+
+# Every built-in model by name: a function that returns its folder, creating it on first use.
+# A new preset is one more line here; ``--model NAME`` and :func:`model_path` pick it up.
+PRESETS: dict[str, Callable[[], Path]] = {
+    "tiny": tiny_checkpoint,
+    "medium": medium_checkpoint,
+    "full": full_size_checkpoint,
+}
+
+
+def model_path(name: str) -> Path:
+    """The folder of the built-in model called ``name`` (a key of :data:`PRESETS`: ``"tiny"``,
+    ``"medium"``, ``"full"``, ...), written on first use."""
+    if name not in PRESETS:
+        raise ValueError(f"name must be one of {sorted(PRESETS)}, got {name!r}")
+    return PRESETS[name]()
+
+
+def resolve_model(spec: str | Path | None) -> Path:
+    """What a ``--model`` option means: ``None`` or ``"default"`` is :func:`default_model_path`,
+    a preset name is :func:`model_path`, anything else must be an existing model folder."""
+    if spec is None or str(spec) == "default":
+        return default_model_path()
+    if str(spec) in PRESETS:
+        return model_path(str(spec))
+    if not Path(spec).is_dir():
+        raise ValueError(f"model must be 'default', one of {sorted(PRESETS)} or a model folder, got {str(spec)!r}")
+    return Path(spec)
+
+
+def timing_model_path() -> Path:
+    """The model the chapters time things on: the real ``models/Qwen3-0.6B`` when the reader has
+    downloaded it, else the medium checkpoint (on the small default model prompt processing is
+    too cheap for caching to show in wall time)."""
+    for root in (Path.cwd(), REPO_ROOT):
+        if (root / REAL_MODEL_DIR / "config.json").is_file():
+            return root / REAL_MODEL_DIR
+    return medium_checkpoint()
 
 
 def default_model_path() -> Path:
