@@ -239,7 +239,8 @@ class _Stepper(ABC):
         rate = state.hit_rate or 0.0
         self._hit_rate.value = (f'<div style="font-family: sans-serif; display: flex; align-items: center; gap: 8px">'
                                 f'<div style="width: 160px; height: 10px; background: #e8e8e8">'
-                                f'<div style="width: {rate:.1%}; height: 100%; background: #4c9a2a"></div></div>'
+                                f'<div class="nano-hit-rate-fill" style="width: {rate:.1%}; height: 100%; background: #4c9a2a">'
+                                f'</div></div>'
                                 f'<span>{html.escape(state.hit_rate_text())}</span></div>')
         self._picture.value = _svg_or_source(self.diagram())
 
