@@ -146,65 +146,57 @@ def run_notebook(page) -> None:
     raise AssertionError("the stepper never appeared after Run All Cells")
 
 
-def test_step_button_changes_the_diagram(chromium, lab, tmp_path):
+@pytest.fixture
+def page(chromium, lab, tmp_path):
+    """A Chromium page on the test notebook with all its cells run; leaves ``browser.png``."""
     from playwright.sync_api import sync_playwright
 
-    diagram_nodes = "document.querySelectorAll('.nano-stepper-diagram svg g.node').length"
-    narration = "document.querySelector('.nano-stepper-narration')?.innerText ?? ''"
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, timeout=30_000)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         try:
             page.goto(lab, timeout=45_000)
             run_notebook(page)
-            before_text = page.evaluate(narration)
-            before_svg = page.inner_html(".nano-stepper-diagram")
-            assert page.evaluate(diagram_nodes) == 1  # the empty tree: the root alone
-            assert "empty tree" in before_text
-
-            step = page.locator(".nano-stepper-step")
-            step.click()  # r0 matches nothing ...
-            page.wait_for_function(f"({narration}).includes('match')", timeout=15_000)
-            step.click()  # ... and inserts its five tokens: a new node
-            page.wait_for_function(f"({diagram_nodes}) === 2", timeout=15_000)
-            after_text = page.evaluate(narration)
-            assert "insert" in after_text and "[1, 2, 3, 4, 5]" in after_text
-            assert page.inner_html(".nano-stepper-diagram") != before_svg
-            assert "slots 0-4" in page.inner_text(".nano-stepper-diagram")
-        except Exception:
-            page.screenshot(path=str(tmp_path / "browser.png"))
-            raise
-        finally:
-            browser.close()
-
-
-def test_hit_rate_and_prediction_render(chromium, lab, tmp_path):
-    from playwright.sync_api import sync_playwright
-
-    hit_rate = "document.querySelector('.nano-stepper-hit-rate')?.innerText ?? ''"
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, timeout=30_000)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        try:
-            page.goto(lab, timeout=45_000)
-            run_notebook(page)
-            assert "no lookup yet" in page.evaluate(hit_rate)
-            step = page.locator(".nano-stepper-step")
-            for _ in range(3):  # r0 matches nothing and inserts; r1 matches [1, 2, 3]
-                step.click()
-                page.wait_for_timeout(300)
-            page.wait_for_function(f"({hit_rate}).includes('3 of 10')", timeout=15_000)
-            assert "3 of 10 looked-up tokens cached (30%)" in page.evaluate(hit_rate)
-            bar = page.locator(".nano-stepper-hit-rate .nano-hit-rate-fill").first
-            assert bar.evaluate("e => e.style.width") == "30%"  # the green bar: 30% of its track
-
-            question = page.locator(".nano-predict").first
-            assert "Predict: How many of the first 10 looked-up tokens will hit?" in question.inner_text()
-            box = page.locator(".nano-predict-input input")
-            box.fill("4")
-            assert box.input_value() == "4"
-            assert "run the experiment below" in page.inner_text(".nano-predict-answer")
-            page.locator(".nano-predict").first.scroll_into_view_if_needed()
+            yield page
         finally:
             page.screenshot(path=str(tmp_path / "browser.png"), full_page=True)
             browser.close()
+
+
+def test_step_button_changes_the_diagram(page):
+    diagram_nodes = "document.querySelectorAll('.nano-stepper-diagram svg g.node').length"
+    narration = "document.querySelector('.nano-stepper-narration')?.innerText ?? ''"
+    before_text = page.evaluate(narration)
+    before_svg = page.inner_html(".nano-stepper-diagram")
+    assert page.evaluate(diagram_nodes) == 1  # the empty tree: the root alone
+    assert "empty tree" in before_text
+
+    step = page.locator(".nano-stepper-step")
+    step.click()  # r0 matches nothing ...
+    page.wait_for_function(f"({narration}).includes('match')", timeout=15_000)
+    step.click()  # ... and inserts its five tokens: a new node
+    page.wait_for_function(f"({diagram_nodes}) === 2", timeout=15_000)
+    after_text = page.evaluate(narration)
+    assert "insert" in after_text and "[1, 2, 3, 4, 5]" in after_text
+    assert page.inner_html(".nano-stepper-diagram") != before_svg
+    assert "slots 0-4" in page.inner_text(".nano-stepper-diagram")
+
+
+def test_hit_rate_and_prediction_render(page):
+    hit_rate = "document.querySelector('.nano-stepper-hit-rate')?.innerText ?? ''"
+    assert "no lookup yet" in page.evaluate(hit_rate)
+    step = page.locator(".nano-stepper-step")
+    for _ in range(3):  # r0 matches nothing and inserts; r1 matches [1, 2, 3]
+        step.click()
+        page.wait_for_timeout(300)
+    page.wait_for_function(f"({hit_rate}).includes('3 of 10')", timeout=15_000)
+    assert "3 of 10 looked-up tokens cached (30%)" in page.evaluate(hit_rate)
+    bar = page.locator(".nano-stepper-hit-rate .nano-hit-rate-fill").first
+    assert bar.evaluate("e => e.style.width") == "30%"  # the green bar: 30% of its track
+
+    question = page.locator(".nano-predict").first
+    assert "Predict: How many of the first 10 looked-up tokens will hit?" in question.inner_text()
+    box = page.locator(".nano-predict-input input")
+    box.fill("4")
+    assert box.input_value() == "4"
+    assert "run the experiment below" in page.inner_text(".nano-predict-answer")
