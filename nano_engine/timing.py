@@ -121,6 +121,6 @@ def plot_ttft(runs: dict[str, ReuseRun], ax=None, title: str | None = None):
                   [f"request {r + 2}" for r in range(len(next(iter(runs.values())).ttft))])
     ax.set_ylabel("time to first token (ms)")
     ax.set_title(title or "Time to first token of the five requests submitted together")
-    ax.legend(frameon=False)
+    ax.legend(frameon=False, loc="upper left", bbox_to_anchor=(1, 1))   # beside the bars, never on them
     ax.spines[["top", "right"]].set_visible(False)
     return ax
