@@ -18,6 +18,7 @@ from nano_engine.checkpoints import (
     model_path,
     parameter_shapes,
     resolve_model,
+    timing_model_path,
     tiny_checkpoint,
     write_random_checkpoint,
 )
@@ -87,3 +88,14 @@ def test_cli_takes_a_preset_name(capsys):
 
 def test_the_medium_folder_name_changes_with_its_shape():
     assert medium_checkpoint().name == f"qwen3-medium-12x4096-v{checkpoints.CACHE_VERSION}"
+
+
+def test_timing_model_is_the_real_model_when_downloaded(monkeypatch, tmp_path):
+    monkeypatch.setattr(checkpoints, "REPO_ROOT", tmp_path / "repo")
+    monkeypatch.chdir(tmp_path)
+    assert timing_model_path() == medium_checkpoint()
+    real = tmp_path / "models" / "Qwen3-0.6B"
+    real.mkdir(parents=True)
+    assert timing_model_path() == medium_checkpoint(), "a folder without config.json is not a model"
+    (real / "config.json").write_text("{}")
+    assert timing_model_path().resolve() == real.resolve()
