@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # System tools the notebooks and tests use but pip cannot install:
-#   graphviz's `dot` (diagrams) and Chromium (the one browser test).
+#   graphviz's `dot` (diagrams), a CJK font (the chapters' Chinese system prompt in diagrams
+#   exported to PNG and in plots; without one it renders as empty boxes) and Chromium (the one
+#   browser test).
 # As root on Debian/Ubuntu we install what is missing; otherwise we print the command.
 set -u
 need=()
 command -v dot >/dev/null 2>&1 || need+=(graphviz)
+if command -v fc-list >/dev/null 2>&1 && [ -z "$(fc-list :lang=zh 2>/dev/null)" ]; then
+    need+=(fonts-noto-cjk)
+fi
 if [ "${NANO_ENGINE_BROWSER:-1}" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
     need+=(chromium)
 fi
@@ -20,9 +25,9 @@ fi
 
 echo "Missing system packages: ${need[*]} (the tests that need them will skip). Install with:"
 case "$(uname -s)" in
-    Darwin) echo "    brew install graphviz    # and Chromium: brew install --cask chromium" ;;
+    Darwin) echo "    brew install graphviz    # and Chromium: brew install --cask chromium (macOS has CJK fonts)" ;;
     *) if command -v apt-get >/dev/null 2>&1; then echo "    sudo apt-get install ${need[*]}"
        elif command -v dnf >/dev/null 2>&1; then echo "    sudo dnf install ${need[*]}"
-       else echo "    conda install -c conda-forge graphviz"; fi ;;
+       else echo "    conda install -c conda-forge graphviz font-ttf-noto-cjk"; fi ;;
 esac
 exit 0

@@ -16,7 +16,7 @@ import time
 import torch
 from transformers import Qwen3ForCausalLM
 
-from nano_engine.checkpoints import full_size_checkpoint, tiny_checkpoint
+from nano_engine.checkpoints import full_size_checkpoint, medium_checkpoint, tiny_checkpoint
 from nano_engine.model import Transformer, generate
 
 
@@ -82,7 +82,7 @@ def bench(name: str, path, device: str, dtype: torch.dtype, prompt_len: int, new
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", choices=["tiny", "full", "both"], default="both")
+    p.add_argument("--model", choices=["tiny", "medium", "full", "both"], default="both")
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default=None,
                    help="default: float32 on CPU, bfloat16 on CUDA")
@@ -93,6 +93,8 @@ def main() -> None:
     dtype = getattr(torch, args.dtype) if args.dtype else (torch.bfloat16 if args.device == "cuda" else torch.float32)
     if args.model in ("tiny", "both"):
         bench("tiny checkpoint", tiny_checkpoint(), args.device, dtype, args.prompt_len, args.new_tokens, args.repeats)
+    if args.model == "medium":
+        bench("medium checkpoint", medium_checkpoint(), args.device, dtype, args.prompt_len, args.new_tokens, args.repeats)
     if args.model in ("full", "both"):
         bench("full-size random Qwen3-0.6B", full_size_checkpoint(), args.device, dtype,
               args.prompt_len, args.new_tokens, args.repeats)

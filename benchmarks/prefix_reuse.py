@@ -2,78 +2,65 @@
 
 Six chat prompts share a long system prompt. The first runs alone, then the other five together,
 on one engine; we report the tokens the five computed, their wall time and their median time to
-first token (the figure a user feels), for each cache manager, plus whether every output is
-identical to the reference ``generate``.
+first token (the figure a user feels), for each cache manager, as ratios against no cache
+measured in the same run, plus whether every output is identical to the reference ``generate``.
+Each manager runs ``--repeats`` times in turn and keeps its fastest run, so that a second of
+someone else's work on a shared machine does not decide the comparison.
 
-    python benchmarks/prefix_reuse.py                   # default model (tiny unless models/Qwen3-0.6B)
+    python benchmarks/prefix_reuse.py --model medium    # the timing model: prefill dominates (seconds)
+    python benchmarks/prefix_reuse.py                   # default model (tiny: prefill is too cheap to show)
     python benchmarks/prefix_reuse.py --model full      # full-size random Qwen3-0.6B (slower)
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 
 import torch
 from transformers import AutoTokenizer
 
-from nano_engine.checkpoints import default_model_path, full_size_checkpoint, tokenizer_path
-from nano_engine.engine import LLMEngine
+from nano_engine.checkpoints import PRESETS, resolve_model, tokenizer_path
 from nano_engine.model import Transformer, generate
-from nano_engine.prefix_cache import PrefixCachingBlockPool
 from nano_engine.prompts import chat_prompts
-from nano_engine.sampling import SamplingParams
-
-
-def run(model, eos, prompts, cache: str, max_tokens: int) -> dict:
-    pool = PrefixCachingBlockPool(256, 16) if cache == "hashed" else None
-    kwargs = {"pool": pool} if pool else {"cache": cache, "num_blocks": 256, "block_size": 16}
-    engine = LLMEngine(model, eos_token_id=eos, **kwargs)
-    params = SamplingParams(max_tokens=max_tokens)
-    first = engine.generate(prompts[:1], params)
-    n_steps = len(engine.step_log)
-    t0 = time.perf_counter()
-    rest, metrics = engine.generate(prompts[1:], params, return_metrics=True)
-    elapsed = time.perf_counter() - t0
-    engine.check_no_leaks()
-    return {
-        "outputs": first + rest,
-        "computed": sum(s["num_tokens"] for s in engine.step_log[n_steps:]),
-        "prefill": sum(s["num_prefill_tokens"] for s in engine.step_log[n_steps:]),
-        "seconds": elapsed,
-        "ttft_ms": 1e3 * statistics.median(m.time_to_first_token for m in metrics),
-        "hits": (pool.num_hits, pool.num_queries) if pool else None,
-    }
+from nano_engine.timing import compare_reuse, ratio_sentence
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", choices=["default", "full"], default="default")
+    p.add_argument("--model", default="default", help=f"'default', a preset {sorted(PRESETS)} or a model folder")
     p.add_argument("--device", default="cpu")
     p.add_argument("--max-tokens", type=int, default=16)
+    p.add_argument("--repeats", type=int, default=2, help="runs per cache manager; the fastest is kept")
+    p.add_argument("--threads", type=int, default=1,
+                   help="CPU threads for the timed runs (default 1: steadier on a shared machine; "
+                        "see nano_engine.timing.compare_reuse)")
     args = p.parse_args()
-    path = full_size_checkpoint() if args.model == "full" else default_model_path()
+    if args.device == "cpu":
+        torch.set_num_threads(args.threads)
+    start = time.perf_counter()
+    path = resolve_model(args.model)
     model = Transformer.from_pretrained(path, device=args.device)
-    tok_dir = path if (path / "tokenizer.json").exists() else tokenizer_path()
-    tok = AutoTokenizer.from_pretrained(tok_dir)
+    tok = AutoTokenizer.from_pretrained(path if (path / "tokenizer.json").exists() else tokenizer_path())
     prompts = chat_prompts(tok)
-    reference = [generate(model, torch.tensor([q]), args.max_tokens, eos_token_id=tok.eos_token_id)[0].tolist()
-                 for q in prompts]
-    print(f"model {path.name} on {args.device}; prompt lengths {[len(q) for q in prompts]}; "
-          f"{args.max_tokens} new tokens each")
-    rows = {cache: run(model, tok.eos_token_id, prompts, cache, args.max_tokens)
-            for cache in ("none", "hashed", "radix")}
+    with torch.inference_mode():
+        reference = [generate(model, torch.tensor([q], device=args.device), args.max_tokens,
+                              eos_token_id=tok.eos_token_id)[0].tolist() for q in prompts]
+        rows = compare_reuse(model, tok.eos_token_id, prompts, repeats=args.repeats, max_tokens=args.max_tokens,
+                             threads=None)
+    print(f"model {path.name} on {args.device} ({args.threads} thread(s)); prompt lengths "
+          f"{[len(q) for q in prompts]}; {args.max_tokens} new tokens each; best of {args.repeats}")
     base = rows["none"]
-    print(f"{'cache':8s}{'computed':>10s}{'prefill':>9s}{'x off':>7s}{'wall s':>8s}{'x off':>7s}"
+    print(f"{'cache':8s}{'computed':>10s}{'cached':>8s}{'x off':>7s}{'wall s':>8s}{'x off':>7s}"
           f"{'TTFT ms':>9s}{'x off':>7s}  identical to reference")
     for cache, r in rows.items():
-        print(f"{cache:8s}{r['computed']:10d}{r['prefill']:9d}{r['computed'] / base['computed']:7.2f}"
-              f"{r['seconds']:8.2f}{r['seconds'] / base['seconds']:7.2f}{r['ttft_ms']:9.1f}"
-              f"{r['ttft_ms'] / base['ttft_ms']:7.2f}  {r['outputs'] == reference}")
-    hits, queries = rows["hashed"]["hits"]
-    print(f"hashed blocks: {hits} hit tokens out of {queries} queried; "
-          f"computed tokens dropped by {base['computed'] - rows['hashed']['computed']}")
+        print(f"{cache:8s}{r.computed_tokens:10d}{r.cached_tokens:8d}{r.computed_tokens / base.computed_tokens:7.2f}"
+              f"{r.seconds:8.2f}{r.seconds / base.seconds:7.2f}{r.median_ttft * 1e3:9.1f}"
+              f"{r.median_ttft / base.median_ttft:7.2f}  {r.outputs == reference}")
+    hashed = rows["hashed"]
+    print("hashed: " + ratio_sentence("wall time", hashed.seconds / base.seconds))
+    print("hashed: " + ratio_sentence("median time to first token", hashed.median_ttft / base.median_ttft))
+    print(f"total {time.perf_counter() - start:.0f} s (model load, reference and all runs)")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ def add_generate_command(subparsers) -> None:
                               description="Generate a completion for one prompt through LLMEngine.")
     p.add_argument("--prompt", required=True, help="the user message")
     p.add_argument("--system", default=None, help="an optional system message")
-    p.add_argument("--model", default=None, help="model folder (default: nano_engine.checkpoints.default_model_path())")
+    p.add_argument("--model", default=None, help="a preset ('tiny', 'medium', 'full', ...: nano_engine.checkpoints.PRESETS), "
+                                                   "a model folder, or 'default' (the default)")
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--top-k", type=int, default=None)
@@ -37,13 +38,13 @@ def run_generate(args: argparse.Namespace) -> int:
     import torch
     from transformers import AutoTokenizer
 
-    from nano_engine.checkpoints import default_model_path
+    from nano_engine.checkpoints import resolve_model
     from nano_engine.engine import LLMEngine, SamplingParams
     from nano_engine.model import Transformer
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = getattr(torch, args.dtype) if args.dtype else None
-    path = args.model or default_model_path()
+    path = resolve_model(args.model)
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = Transformer.from_pretrained(path, device=device, dtype=dtype)
     if args.raw:
@@ -105,7 +106,7 @@ def add_bench_command(subparsers) -> None:
     p = subparsers.add_parser("bench", help="offline throughput: LLMEngine beside transformers (nano-vllm's benchmark)",
                               description="Time LLMEngine (each attention path) and transformers' batched generate on "
                                           "the same random-token workload; see nano_engine.bench.")
-    p.add_argument("--model", default="tiny", help="'tiny', 'full' (random Qwen3-0.6B) or a checkpoint folder")
+    p.add_argument("--model", default="tiny", help="a preset ('tiny', 'medium', 'full' = random Qwen3-0.6B, ...) or a checkpoint folder")
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
                    help="default: float32 on CPU, bfloat16 on CUDA")

@@ -302,7 +302,7 @@ def markdown_table(rows: list[dict]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """``python -m nano_engine bench`` (the options are defined in ``nano_engine.__main__``)."""
-    from nano_engine.checkpoints import full_size_checkpoint, tiny_checkpoint
+    from nano_engine.checkpoints import resolve_model
     from nano_engine.model import Transformer
     from nano_engine.weights import load_config
 
@@ -318,7 +318,7 @@ def run(args: argparse.Namespace) -> int:
     output_lens = (args.min_out or preset["output_lens"][0], args.max_out or preset["output_lens"][1])
     configs = [c.replace("reference", "torch") for c in (args.attention or
                                                           (["triton+graphs", "triton", "torch"] if on_gpu else ["torch"]))]
-    path = {"tiny": tiny_checkpoint, "full": full_size_checkpoint}.get(args.model, lambda: Path(args.model))()
+    path = resolve_model(args.model)
     vocab = load_config(path)["vocab_size"]
     workload = random_workload(num_seqs, prompt_lens, output_lens, vocab, args.seed)
     engine_kwargs = dict(cache=args.cache, block_size=args.block_size, max_num_seqs=args.max_num_seqs,

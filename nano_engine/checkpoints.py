@@ -7,8 +7,11 @@ same model and the same greedy outputs:
 
 * :func:`write_random_checkpoint` writes ``config.json``, ``model.safetensors`` and the
   tokenizer files for any Qwen3 config;
-* :func:`tiny_checkpoint` / :func:`full_size_checkpoint` write the small teaching model and a
-  Qwen3-0.6B-shaped one once into the cache folder and reuse them afterwards;
+* :func:`tiny_checkpoint` / :func:`medium_checkpoint` / :func:`full_size_checkpoint` write the
+  small teaching model, a mid-sized one for timing experiments and a Qwen3-0.6B-shaped one once
+  into the cache folder and reuse them afterwards;
+* :func:`model_path` returns any of those by name (the :data:`PRESETS` registry), and
+  :func:`resolve_model` also accepts ``"default"`` or a folder, as the command line does;
 * :func:`default_model_path` picks the model: ``$NANO_ENGINE_MODEL``, else the real
   ``models/Qwen3-0.6B`` if the reader downloaded it, else the tiny checkpoint.
 
@@ -81,6 +84,32 @@ TINY_CONFIG: dict = {
     "num_hidden_layers": 4,
     "num_key_value_heads": 2,
     "torch_dtype": "float32",
+}
+
+# The timing model: tiny's width, vocabulary and attention shape (so the same LM head) with a body
+# 24 times heavier, so that prompt processing is what a step spends its time on and prefix caching
+# visibly saves time. On tiny the LM head (151,936 x 128) is ~96% of the weights; the engine runs
+# it on one row per sequence, so a 126-token prefill costs little more than a decode step and
+# skipping 96 cached tokens saves nothing measurable (chapter 02 timed 0.63 s with the cache
+# against 0.50 s without). Two costs decide the ratio: the body's multiply-adds per *prompt* token
+# (what a cache hit skips) against the LM head's bytes read per *decode* step (what no cache
+# saves: 151,936 x hidden float32 weights, memory-bound on a CPU). So: keep hidden small, make the
+# body deep and wide. Measured on 2 shared CPU cores (one thread, best of 2; the five chat prompts
+# after the first, 16 new tokens each; cache off -> on, wall time and median time to first token):
+#   hidden 128, 4 layers,  inter 384  (tiny):  body  0.8M  wall 1.05x  TTFT 0.63x
+#   hidden 256, 8 layers,  inter 1024:         body  7.9M  wall 0.93x  TTFT 0.43x
+#   hidden 256, 8 layers,  inter 3072:         body 20.5M  wall 0.69-0.85x  TTFT 0.31-0.38x
+#   hidden 128, 8 layers,  inter 6144:         body 19.7M  wall 0.62x  TTFT 0.29x
+#   hidden 128, 12 layers, inter 4096:         body 19.5M  wall 0.42x  TTFT 0.31x   <- medium
+#   hidden 512, 8 layers,  inter 2048:         body 31.5M  several times slower per run
+# Hidden 256 doubles the LM head's bytes per decode step for the same body, and it showed in the
+# wall time. A 32x MLP is not Qwen3's 3x ratio: this model exists to time the cache, not to be
+# a plausible language model (its weights are random anyway).
+MEDIUM_CONFIG: dict = {
+    **TINY_CONFIG,
+    "intermediate_size": 4096,
+    "max_window_layers": 12,
+    "num_hidden_layers": 12,
 }
 
 _DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
@@ -258,12 +287,59 @@ def tiny_checkpoint() -> Path:
     return _build_once(f"qwen3-tiny-v{CACHE_VERSION}", lambda folder: write_random_checkpoint(folder, TINY_CONFIG))
 
 
+def medium_checkpoint() -> Path:
+    """The medium Qwen3 checkpoint (tiny's hidden size 128 and vocabulary, 12 layers, intermediate
+    4096, float32; see :data:`MEDIUM_CONFIG` for why this shape), written into the cache on first
+    use (a few seconds, 160 MB) and reused afterwards. The chapters' timing cells run on it."""
+    name = f"qwen3-medium-{MEDIUM_CONFIG['num_hidden_layers']}x{MEDIUM_CONFIG['intermediate_size']}-v{CACHE_VERSION}"
+    return _build_once(name, lambda folder: write_random_checkpoint(folder, MEDIUM_CONFIG))
+
+
 def full_size_checkpoint(dtype: torch.dtype = torch.bfloat16) -> Path:
     """A Qwen3-0.6B-shaped checkpoint with random weights (1.2 GB in bfloat16), written once.
 
     For benchmarks: throughput depends on shapes, not on weight values."""
     name = f"qwen3-0.6b-random-{_dtype_name(dtype)}-v{CACHE_VERSION}"
     return _build_once(name, lambda folder: write_random_checkpoint(folder, QWEN3_0_6B_CONFIG, dtype=dtype))
+
+
+# Every built-in model by name: a function that returns its folder, creating it on first use.
+# A new preset is one more line here; ``--model NAME`` and :func:`model_path` pick it up.
+PRESETS: dict[str, Callable[[], Path]] = {
+    "tiny": tiny_checkpoint,
+    "medium": medium_checkpoint,
+    "full": full_size_checkpoint,
+}
+
+
+def model_path(name: str) -> Path:
+    """The folder of the built-in model called ``name`` (a key of :data:`PRESETS`: ``"tiny"``,
+    ``"medium"``, ``"full"``, ...), written on first use."""
+    if name not in PRESETS:
+        raise ValueError(f"name must be one of {sorted(PRESETS)}, got {name!r}")
+    return PRESETS[name]()
+
+
+def resolve_model(spec: str | Path | None) -> Path:
+    """What a ``--model`` option means: ``None`` or ``"default"`` is :func:`default_model_path`,
+    a preset name is :func:`model_path`, anything else must be an existing model folder."""
+    if spec is None or str(spec) == "default":
+        return default_model_path()
+    if str(spec) in PRESETS:
+        return model_path(str(spec))
+    if not Path(spec).is_dir():
+        raise ValueError(f"model must be 'default', one of {sorted(PRESETS)} or a model folder, got {str(spec)!r}")
+    return Path(spec)
+
+
+def timing_model_path() -> Path:
+    """The model the chapters time things on: the real ``models/Qwen3-0.6B`` when the reader has
+    downloaded it, else the medium checkpoint (on the small default model prompt processing is
+    too cheap for caching to show in wall time)."""
+    for root in (Path.cwd(), REPO_ROOT):
+        if (root / REAL_MODEL_DIR / "config.json").is_file():
+            return root / REAL_MODEL_DIR
+    return medium_checkpoint()
 
 
 def default_model_path() -> Path:

@@ -26,6 +26,14 @@ The scripts:
 With ``concurrent=N`` up to N requests run at once: a request finishes only when a new one needs
 its place (or at the end), so later requests meet the locks and blocks of earlier ones. That is
 how a split can hit a locked node, whose front then inherits the lock.
+
+Both steppers keep the running hit rate, ``state.hits / state.queries``: the tokens the lookups
+so far found cached over the tokens they looked up (a block pool looks up all but each prompt's
+last token, a radix tree matches the whole prompt), shown under the narration as requests go by.
+
+:func:`predict` is the other half of "predict, then run": a question the reader answers in a
+text box before an experiment, and whose ``reveal(answer)`` shows the measured answer beside the
+guess afterwards (headless, with nobody typing, it just states the answer).
 """
 
 from __future__ import annotations
@@ -44,8 +52,15 @@ import graphviz
 from nano_engine.kv_events import BlockStored, KVEvent
 from nano_engine.prefix_cache import PrefixCachingBlockPool
 from nano_engine.radix import RadixCache
-from nano_engine.viz import (Tokenizer, draw_block_pool, draw_radix, format_slots, format_split,
-                             format_tokens, short_hash)
+from nano_engine.viz import (
+    Tokenizer,
+    draw_block_pool,
+    draw_radix,
+    format_slots,
+    format_split,
+    format_tokens,
+    short_hash,
+)
 
 Request = str | Sequence[int]
 
@@ -70,6 +85,19 @@ class StepperState:
     narration: str
     dot: str  # DOT source of the diagram
     events: tuple = field(default=())  # the cache's own events during the last step
+    hits: int = 0  # tokens the lookups so far found cached ...
+    queries: int = 0  # ... of the tokens they looked up
+
+    @property
+    def hit_rate(self) -> float | None:
+        """``hits / queries`` so far; None before the first lookup."""
+        return self.hits / self.queries if self.queries else None
+
+    def hit_rate_text(self) -> str:
+        """The running hit rate in words, as the widget shows it."""
+        if not self.queries:
+            return "hit rate: no lookup yet"
+        return f"hit rate so far: {self.hits} of {self.queries} looked-up tokens cached ({self.hits / self.queries:.0%})"
 
 
 def encode_requests(requests: Sequence[Request], tokenizer: Tokenizer | None) -> list[list[int]]:
@@ -81,7 +109,8 @@ def encode_requests(requests: Sequence[Request], tokenizer: Tokenizer | None) ->
         if isinstance(request, str):
             if tokenizer is None:
                 raise ValueError(f"request {i} is text; pass tokenizer= to encode it, or give token ids")
-            ids = tokenizer.encode(request, add_special_tokens=False)
+            encoder: Any = tokenizer  # viz.Tokenizer only promises decode; encoding needs a real tokenizer
+            ids = encoder.encode(request, add_special_tokens=False)
             ids = list(getattr(ids, "ids", ids))  # a `tokenizers.Encoding` keeps them in .ids
         else:
             ids = [int(t) for t in request]
@@ -154,7 +183,8 @@ class _Stepper(ABC):
         last = self._last
         narration = last.narration if last else self._intro()
         self._state = StepperState(self.index, self.num_steps, last.kind if last else None,
-                                   narration, self.diagram().source, last.events if last else ())
+                                   narration, self.diagram().source, last.events if last else (),
+                                   *self._run.hit_counts())
         if self._widget is not None:
             self._update_widget()
 
@@ -184,6 +214,8 @@ class _Stepper(ABC):
                                    continuous_update=False, layout=w.Layout(width="360px"))
         self._narration = w.HTML(layout=w.Layout(min_height="2.6em"))
         self._narration.add_class("nano-stepper-narration")
+        self._hit_rate = w.HTML()
+        self._hit_rate.add_class("nano-stepper-hit-rate")
         self._picture = w.HTML()
         self._picture.add_class("nano-stepper-diagram")
         for button, name in ((self._back, "back"), (self._next, "step"), (self._reset, "reset")):
@@ -193,7 +225,7 @@ class _Stepper(ABC):
         self._reset.on_click(lambda _: self.reset())
         self._slider.observe(lambda change: self.go_to(change["new"]), names="value")
         controls = w.HBox([self._back, self._next, self._reset, self._slider])
-        return w.VBox([controls, self._narration, self._picture])
+        return w.VBox([controls, self._narration, self._hit_rate, self._picture])
 
     def _update_widget(self) -> None:
         state = self.state
@@ -204,6 +236,12 @@ class _Stepper(ABC):
         self._narration.value = (f'<div style="font-family: sans-serif; line-height: 1.4">'
                                  f'<span style="color: #6b6b6b">{where}</span><br>'
                                  f'<b>{html.escape(state.narration)}</b></div>')
+        rate = state.hit_rate or 0.0
+        self._hit_rate.value = (f'<div style="font-family: sans-serif; display: flex; align-items: center; gap: 8px">'
+                                f'<div style="width: 160px; height: 10px; background: #e8e8e8">'
+                                f'<div class="nano-hit-rate-fill" style="width: {rate:.1%}; height: 100%; background: #4c9a2a">'
+                                f'</div></div>'
+                                f'<span>{html.escape(state.hit_rate_text())}</span></div>')
         self._picture.value = _svg_or_source(self.diagram())
 
     # -- for subclasses ----------------------------------------------------------------------
@@ -274,7 +312,7 @@ class _SlotAllocator:
         self.next_page = 0
 
     def take(self, num_tokens: int) -> list[int]:
-        slots = []
+        slots: list[int] = []
         for _ in range(num_tokens // self.page_size):
             if self.free_pages:
                 page = heapq.heappop(self.free_pages)
@@ -300,6 +338,10 @@ class _RadixRun:
         self.tree = RadixCache(page_size, on_event=self.events.append)
         self.slots = _SlotAllocator(page_size)
         self.matched: dict[int, tuple[list[int], Any]] = {}  # request -> (hit slots, node it locked)
+        self.hits = self.queries = 0
+
+    def hit_counts(self) -> tuple[int, int]:
+        return self.hits, self.queries
 
     def steps(self) -> Iterator[Step]:
         return _schedule(len(self.requests), self.concurrent, self._start, self._finish)
@@ -327,6 +369,8 @@ class _RadixRun:
 
         def match() -> None:
             self.matched[i] = self.tree.match_prefix(tokens)
+            self.hits += len(self.matched[i][0])
+            self.queries += len(tokens)
 
         yield self._perform("match", i, match)
         node = self.matched[i][1]
@@ -350,14 +394,15 @@ class _RadixRun:
         yield self._perform("insert", i, insert)
         if node is not self.tree.root:
             yield self._perform("unlock", i, lambda: self.tree.dec_lock_ref(node))
-        over = self.tree.total_size() - self.capacity if self.capacity is not None else 0
-        if over > 0:
+        capacity = self.capacity
+        over = self.tree.total_size() - capacity if capacity is not None else 0
+        if capacity is not None and over > 0:
             def evict() -> tuple[str, str]:
                 total = self.tree.total_size()
                 self.slots.give_back(self.tree.evict(over))
-                short = "" if self.tree.total_size() <= self.capacity else \
-                    f"the rest is locked: the tree stays {self.tree.total_size() - self.capacity} over"
-                return f"the tree holds {total} > {self.capacity} tokens", short
+                short = "" if self.tree.total_size() <= capacity else \
+                    f"the rest is locked: the tree stays {self.tree.total_size() - capacity} over"
+                return f"the tree holds {total} > {capacity} tokens", short
 
             yield self._perform("evict", i, evict)
 
@@ -462,6 +507,9 @@ class _PoolRun:
         self.events: list[KVEvent] = []
         self.pool.subscribe(self.events.append)
         self.tables: dict[int, list[int]] = {}  # running request -> its block table
+
+    def hit_counts(self) -> tuple[int, int]:
+        return self.pool.num_hits, self.pool.num_queries  # the pool counts its own lookups
 
     def steps(self) -> Iterator[Step]:
         # A request that would not find its blocks waits for running ones to free theirs.
@@ -592,3 +640,95 @@ class BlockPoolStepper(_Stepper):
     def _intro(self) -> str:
         return (f"empty pool of {self.num_blocks} blocks × {self.block_size} tokens; "
                 f"{len(self.requests)} requests to run")
+
+
+# ------------------------------------------------------------------------------- predictions
+
+
+class Prediction:
+    """A question for the reader to answer before running an experiment.
+
+    Display it (it is the last expression of a cell, or ``display(p)``): a text box under the
+    question. After the experiment, ``p.reveal(answer)`` puts the answer beside the guess in the
+    widget and returns the same comparison as text, so that a headless run, where nobody types,
+    still shows the answer.
+
+    >>> p = Prediction("How many tokens will hit?")
+    >>> p.reveal(480)
+    'How many tokens will hit? Answer: 480 (no prediction typed).'
+    >>> p = Prediction("How many tokens will hit?", guess="300")
+    >>> p.reveal(480)
+    'How many tokens will hit? You predicted 300; answer: 480 (off by 180).'
+    """
+
+    def __init__(self, question: str, answer: Any = None, guess: str = "") -> None:
+        if not isinstance(question, str) or not question.strip():
+            raise ValueError(f"question must be a non-empty string, got {question!r}")
+        self.question, self.answer = question, answer
+        self._guess = guess
+        self._widget: Any = None
+        self._result = ""
+
+    @property
+    def guess(self) -> str:
+        """What the reader typed (stripped); "" when nothing was typed."""
+        return (self._input.value if self._widget is not None else self._guess).strip()
+
+    def reveal(self, answer: Any = None) -> str:
+        """Compare the guess with ``answer`` (default: the one given to the constructor)."""
+        answer = self.answer if answer is None else answer
+        if answer is None:
+            raise ValueError("answer is missing: pass reveal(answer) or Prediction(..., answer=...)")
+        shown = _format_answer(answer)
+        if not self.guess:
+            self._result = f"Answer: {shown} (no prediction typed)."
+        else:
+            self._result = f"You predicted {self.guess}; answer: {shown}{_miss(self.guess, answer)}."
+        if self._widget is not None:
+            self._output.value = f"<b>{html.escape(self._result)}</b>"
+            self._input.disabled = True
+        return f"{self.question} {self._result}"
+
+    @property
+    def widget(self) -> Any:
+        if self._widget is None:
+            import ipywidgets as w
+
+            self._input = w.Text(value=self._guess, placeholder="your prediction", layout=w.Layout(width="180px"))
+            self._input.add_class("nano-predict-input")
+            self._output = w.HTML(value="<i>run the experiment below to see the answer</i>")
+            self._output.add_class("nano-predict-answer")
+            label = w.HTML(value=f"<b>Predict:</b> {html.escape(self.question)}")
+            self._widget = w.VBox([label, w.HBox([self._input, self._output])])
+            self._widget.add_class("nano-predict")
+        return self._widget
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None, **kwargs: Any) -> Any:
+        bundle = self.widget._repr_mimebundle_(include=include, exclude=exclude, **kwargs)
+        bundle["text/plain"] = f"Predict: {self.question} (type your answer in the box)"  # where widgets do not render
+        return bundle
+
+
+def predict(question: str, answer: Any = None) -> Prediction:
+    """Ask the reader ``question`` before an experiment; call ``.reveal(answer)`` after it."""
+    return Prediction(question, answer)
+
+
+def _format_answer(answer: Any) -> str:
+    if isinstance(answer, float):
+        return f"{answer:.3g}"
+    return str(answer)
+
+
+def _miss(guess: str, answer: Any) -> str:
+    """How far a numeric guess was from a numeric answer ("" when either is not a number)."""
+    try:
+        guessed = float(guess.rstrip("%x ").replace(",", ""))
+    except ValueError:
+        return ""
+    if not isinstance(answer, int | float) or isinstance(answer, bool):
+        return ""
+    if guessed == answer:
+        return ": exactly right"
+    off = abs(guessed - answer)
+    return f" (off by {off:.3g})" if isinstance(answer, float) or off != int(off) else f" (off by {int(off)})"

@@ -1,8 +1,10 @@
-"""One end-to-end check in a real browser: the radix stepper works inside JupyterLab.
+"""End-to-end checks in a real browser: the radix stepper works inside JupyterLab, its running hit
+rate updates as requests go through, and a prediction widget renders and takes a guess.
 
 JupyterLab serves a small notebook on 127.0.0.1 only; Debian's ``chromium`` (headless, driven by
 Playwright's Python API through ``executable_path``; no browser is downloaded) opens it, runs the
-cell, clicks Step and checks that the narration and the SVG diagram change. Skips, saying why,
+cells, clicks Step and checks that the narration, the hit rate and the SVG diagram change. Each
+test leaves a screenshot, ``browser.png``, in its temporary folder (pytest's ``--basetemp``). Skips, saying why,
 when Chromium, Playwright or JupyterLab is missing (``NANO_ENGINE_CHROMIUM`` may point at another
 Chromium binary). The server and its kernel are always stopped.
 """
@@ -32,6 +34,11 @@ from nano_engine.widgets import RadixStepper
 
 stepper = RadixStepper([[1, 2, 3, 4, 5], [1, 2, 3, 9, 9], [7, 7, 7]], capacity=6)
 stepper"""
+PREDICT_CELL = """\
+from nano_engine.widgets import predict
+
+guess = predict("How many of the first 10 looked-up tokens will hit?")
+guess"""
 
 
 @pytest.fixture
@@ -54,8 +61,9 @@ def free_port() -> int:
 
 def write_notebook(folder: Path) -> str:
     notebook = {
-        "cells": [{"cell_type": "code", "execution_count": None, "id": "stepper", "metadata": {},
-                   "outputs": [], "source": NOTEBOOK_CELL}],
+        "cells": [{"cell_type": "code", "execution_count": None, "id": cell_id, "metadata": {},
+                   "outputs": [], "source": source}
+                  for cell_id, source in (("stepper", NOTEBOOK_CELL), ("predict", PREDICT_CELL))],
         "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
         "nbformat": 4, "nbformat_minor": 5,
     }
@@ -131,39 +139,64 @@ def run_notebook(page) -> None:
         page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
         try:
             page.wait_for_selector(".nano-stepper-diagram svg", timeout=15_000)
+            page.wait_for_selector(".nano-predict", timeout=15_000)
             return
         except PlaywrightTimeout:
             continue
     raise AssertionError("the stepper never appeared after Run All Cells")
 
 
-def test_step_button_changes_the_diagram(chromium, lab, tmp_path):
+@pytest.fixture
+def page(chromium, lab, tmp_path):
+    """A Chromium page on the test notebook with all its cells run; leaves ``browser.png``."""
     from playwright.sync_api import sync_playwright
 
-    diagram_nodes = "document.querySelectorAll('.nano-stepper-diagram svg g.node').length"
-    narration = "document.querySelector('.nano-stepper-narration')?.innerText ?? ''"
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, timeout=30_000)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         try:
             page.goto(lab, timeout=45_000)
             run_notebook(page)
-            before_text = page.evaluate(narration)
-            before_svg = page.inner_html(".nano-stepper-diagram")
-            assert page.evaluate(diagram_nodes) == 1  # the empty tree: the root alone
-            assert "empty tree" in before_text
-
-            step = page.locator(".nano-stepper-step")
-            step.click()  # r0 matches nothing ...
-            page.wait_for_function(f"({narration}).includes('match')", timeout=15_000)
-            step.click()  # ... and inserts its five tokens: a new node
-            page.wait_for_function(f"({diagram_nodes}) === 2", timeout=15_000)
-            after_text = page.evaluate(narration)
-            assert "insert" in after_text and "[1, 2, 3, 4, 5]" in after_text
-            assert page.inner_html(".nano-stepper-diagram") != before_svg
-            assert "slots 0-4" in page.inner_text(".nano-stepper-diagram")
-        except Exception:
-            page.screenshot(path=str(tmp_path / "browser.png"))
-            raise
+            yield page
         finally:
+            page.screenshot(path=str(tmp_path / "browser.png"), full_page=True)
             browser.close()
+
+
+def test_step_button_changes_the_diagram(page):
+    diagram_nodes = "document.querySelectorAll('.nano-stepper-diagram svg g.node').length"
+    narration = "document.querySelector('.nano-stepper-narration')?.innerText ?? ''"
+    before_text = page.evaluate(narration)
+    before_svg = page.inner_html(".nano-stepper-diagram")
+    assert page.evaluate(diagram_nodes) == 1  # the empty tree: the root alone
+    assert "empty tree" in before_text
+
+    step = page.locator(".nano-stepper-step")
+    step.click()  # r0 matches nothing ...
+    page.wait_for_function(f"({narration}).includes('match')", timeout=15_000)
+    step.click()  # ... and inserts its five tokens: a new node
+    page.wait_for_function(f"({diagram_nodes}) === 2", timeout=15_000)
+    after_text = page.evaluate(narration)
+    assert "insert" in after_text and "[1, 2, 3, 4, 5]" in after_text
+    assert page.inner_html(".nano-stepper-diagram") != before_svg
+    assert "slots 0-4" in page.inner_text(".nano-stepper-diagram")
+
+
+def test_hit_rate_and_prediction_render(page):
+    hit_rate = "document.querySelector('.nano-stepper-hit-rate')?.innerText ?? ''"
+    assert "no lookup yet" in page.evaluate(hit_rate)
+    step = page.locator(".nano-stepper-step")
+    for _ in range(3):  # r0 matches nothing and inserts; r1 matches [1, 2, 3]
+        step.click()
+        page.wait_for_timeout(300)
+    page.wait_for_function(f"({hit_rate}).includes('3 of 10')", timeout=15_000)
+    assert "3 of 10 looked-up tokens cached (30%)" in page.evaluate(hit_rate)
+    bar = page.locator(".nano-stepper-hit-rate .nano-hit-rate-fill").first
+    assert bar.evaluate("e => e.style.width") == "30%"  # the green bar: 30% of its track
+
+    question = page.locator(".nano-predict").first
+    assert "Predict: How many of the first 10 looked-up tokens will hit?" in question.inner_text()
+    box = page.locator(".nano-predict-input input")
+    box.fill("4")
+    assert box.input_value() == "4"
+    assert "run the experiment below" in page.inner_text(".nano-predict-answer")

@@ -15,7 +15,7 @@ from nano_engine.kv_events import BlockRemoved, BlockStored
 from nano_engine.prefix_cache import PrefixCachingBlockPool
 from nano_engine.radix import RadixCache
 from nano_engine.viz import COLORS, format_slots, format_tokens, short_hash
-from nano_engine.widgets import BlockPoolStepper, RadixStepper
+from nano_engine.widgets import BlockPoolStepper, Prediction, RadixStepper, predict
 
 # r2 holds [1 .. 5] locked while r3 arrives and splits it: the front must inherit the lock.
 SPLIT_WHILE_LOCKED = [[1, 2, 3, 4, 5], [9], [1, 2, 3, 4, 5, 6], [1, 2, 3, 7]]
@@ -80,7 +80,7 @@ def test_eviction_narration_names_the_evicted_leaves():
             continue
         tree = stepper.tree
         assert [d["key"] for d in evicted] == [n.key for n in tree.last_evicted]
-        for d, parent in zip(evicted, tree.last_evicted_parents):
+        for d, parent in zip(evicted, tree.last_evicted_parents, strict=True):
             assert f"{format_tokens(d['key'])} (slots {format_slots(d['slots'])})" in state.narration
             ghost = next(line for line in state.dot.splitlines() if line.startswith(f'\tn{d["node"]} ['))
             assert f'color="{COLORS["evicted"]}"' in ghost and "dashed" in ghost  # a red ghost ...
@@ -218,7 +218,8 @@ def test_widget_buttons_and_slider_drive_the_stepper():
     box = stepper.widget
     assert isinstance(box, ipywidgets.VBox)
     back, step, reset, slider = box.children[0].children
-    narration, picture = box.children[1], box.children[2]
+    narration, hit_rate, picture = box.children[1], box.children[2], box.children[3]
+    assert "no lookup yet" in hit_rate.value
     assert back.disabled and slider.max == stepper.num_steps
     step.click()
     step.click()
@@ -233,3 +234,84 @@ def test_widget_buttons_and_slider_drive_the_stepper():
     reset.click()
     assert stepper.index == 0 and slider.value == 0
     assert "application/vnd.jupyter.widget-view+json" in stepper._repr_mimebundle_()
+
+
+# ------------------------------------------------------------------------------- running hit rate
+
+
+def common_prefix(a, b) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
+def lookup_states(stepper, kind):
+    return [s for s in run_all(stepper) if s.kind == kind]
+
+
+requests_strategy = st.lists(st.lists(st.integers(1, 3), min_size=1, max_size=9), min_size=1, max_size=6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(requests=requests_strategy)
+def test_radix_hit_rate_is_the_longest_earlier_prefix(requests):
+    # One request at a time and no eviction: a request's hit is its longest common prefix with
+    # any earlier request, and it looks up all its tokens.
+    matches = lookup_states(RadixStepper(requests), "match")
+    hits = queries = 0
+    for i, (tokens, state) in enumerate(zip(requests, matches, strict=True)):
+        hits += max((common_prefix(tokens, earlier) for earlier in requests[:i]), default=0)
+        queries += len(tokens)
+        assert (state.hits, state.queries) == (hits, queries)
+        assert state.hit_rate == hits / queries
+
+
+@settings(max_examples=40, deadline=None)
+@given(requests=requests_strategy, block_size=st.integers(1, 3))
+def test_block_pool_hit_rate_counts_whole_blocks_before_the_last_token(requests, block_size):
+    # A pool big enough never to evict: a request hits the whole blocks of its longest prefix
+    # shared with an earlier request's full blocks, never including its own last token.
+    lookups = lookup_states(BlockPoolStepper(requests, num_blocks=32, block_size=block_size), "lookup")
+    hits = queries = 0
+    for i, (tokens, state) in enumerate(zip(requests, lookups, strict=True)):
+        shared = max((min(common_prefix(tokens, e), len(e) // block_size * block_size) for e in requests[:i]),
+                     default=0)
+        hits += min(shared, len(tokens) - 1) // block_size * block_size
+        queries += len(tokens) - 1
+        assert (state.hits, state.queries) == (hits, queries)
+
+
+def test_hit_rate_is_shown_while_stepping():
+    stepper = BlockPoolStepper([[1, 2, 3, 4, 5], [1, 2, 3, 4, 9]], num_blocks=4, block_size=2)
+    hit_rate = stepper.widget.children[2]
+    assert stepper.state.hit_rate is None and "no lookup yet" in hit_rate.value
+    while stepper.state.queries < 8:
+        stepper.step()
+    assert (stepper.state.hits, stepper.state.queries) == (4, 8)
+    assert "4 of 8 looked-up tokens cached (50%)" in hit_rate.value and "width: 50.0%" in hit_rate.value
+    stepper.back()
+    assert "0 of 4 looked-up tokens cached (0%)" in hit_rate.value
+
+
+# ------------------------------------------------------------------------------- predictions
+
+
+def test_prediction_reveals_the_answer_beside_the_guess():
+    p = predict("How many tokens will hit?")
+    box = p.widget
+    typed, answer = box.children[1].children
+    assert "How many tokens will hit?" in box.children[0].value and "run the experiment" in answer.value
+    typed.value = " 300 "
+    assert p.guess == "300"
+    text = p.reveal(480)
+    assert text == "How many tokens will hit? You predicted 300; answer: 480 (off by 180)."
+    assert "You predicted 300; answer: 480" in answer.value and typed.disabled
+    assert "Predict: How many tokens will hit?" in p._repr_mimebundle_()["text/plain"]
+
+
+def test_prediction_headless_and_non_numeric():
+    assert predict("Which hits more?", answer="radix").reveal() == "Which hits more? Answer: radix (no prediction typed)."
+    assert Prediction("Which?", guess="blocks").reveal("radix") == "Which? You predicted blocks; answer: radix."
+    assert Prediction("Ratio?", guess="0.5").reveal(0.5) == "Ratio? You predicted 0.5; answer: 0.5: exactly right."
+    with pytest.raises(ValueError, match="answer is missing"):
+        predict("Ratio?").reveal()
+    with pytest.raises(ValueError, match="question must be a non-empty string"):
+        predict("  ")
