@@ -206,8 +206,8 @@ def first_divergence(a: list[int], b: list[int]) -> int | None:
 # --------------------------------------------------------------------------- sections
 
 def section_environment(report: Report, figures: dict) -> None:
-    import triton
     import transformers
+    import triton
 
     if DEVICE.type != "cuda":
         report.add("a", "device", f"{DEVICE}: a smoke test of this script, not GPU figures")

@@ -79,8 +79,14 @@ def add_hitrate_command(subparsers) -> None:
 
 
 def run_hitrate(args: argparse.Namespace) -> int:
-    from nano_engine.workloads import (CHAPTER_METHODS, capacity_curve, chapter_workloads, format_table,
-                                       hit_rate_table, plot_hit_rates)
+    from nano_engine.workloads import (
+        CHAPTER_METHODS,
+        capacity_curve,
+        chapter_workloads,
+        format_table,
+        hit_rate_table,
+        plot_hit_rates,
+    )
 
     workloads = chapter_workloads(args.seed)
     table = hit_rate_table(workloads)

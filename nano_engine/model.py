@@ -27,7 +27,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-
 # --------------------------------------------------------------------------- configuration
 
 @dataclass(frozen=True)

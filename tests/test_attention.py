@@ -10,8 +10,6 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine_fixtures import single_thread  # noqa: F401
-
 from nano_engine.attention import AttentionMetadata, PagedAttention, context_slots
 from nano_engine.kv_cache import KVCache
 from nano_engine.model import Qwen3Config, causal_attention

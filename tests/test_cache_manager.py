@@ -11,7 +11,7 @@ import itertools
 
 import pytest
 import torch
-from engine_fixtures import make_engine, single_thread, tiny_model, total  # noqa: F401
+from engine_helpers import total
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

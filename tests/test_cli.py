@@ -6,7 +6,6 @@ import sys
 
 import pytest
 import torch
-from engine_fixtures import single_thread, tiny_model, tokenizer  # noqa: F401
 
 from nano_engine.__main__ import main
 from nano_engine.checkpoints import tiny_checkpoint

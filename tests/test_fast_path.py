@@ -28,8 +28,13 @@ from nano_engine.attention import AttentionMetadata, PagedAttention
 from nano_engine.checkpoints import QWEN3_0_6B_CONFIG, TINY_CONFIG, write_random_checkpoint
 from nano_engine.cuda_graph import DecodeGraphRunner, graph_batch_sizes, pack_decode_batch, padded_batch_size
 from nano_engine.engine import LLMEngine, SamplingParams
-from nano_engine.fast_attention import (DECODE_SPLIT_CHOICES, TritonPagedAttention, attention_factory,
-                                        decode_num_splits, pad_columns)
+from nano_engine.fast_attention import (
+    DECODE_SPLIT_CHOICES,
+    TritonPagedAttention,
+    attention_factory,
+    decode_num_splits,
+    pad_columns,
+)
 from nano_engine.gpu_memory import kv_budget_bytes
 from nano_engine.kv_cache import KVCache, bytes_per_token
 from nano_engine.model import Qwen3Config, Transformer, generate

@@ -7,7 +7,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine_fixtures import single_thread, tiny_model  # noqa: F401  (fixtures)
 from nano_engine.cache_manager import HashedBlockCacheManager, RadixCacheManager
 from nano_engine.engine import LLMEngine
 from nano_engine.policies import DFSWeight, LongestPrefixMatch

@@ -15,8 +15,16 @@ from hypothesis import strategies as st
 
 from nano_engine.prefix_cache import PrefixCachingBlockPool
 from nano_engine.radix import RadixCache
-from nano_engine.viz import (COLORS, draw_block_pool, draw_radix, format_slots, format_split,
-                             format_tokens, grouped_bars, short_hash)
+from nano_engine.viz import (
+    COLORS,
+    draw_block_pool,
+    draw_radix,
+    format_slots,
+    format_split,
+    format_tokens,
+    grouped_bars,
+    short_hash,
+)
 
 needs_dot = pytest.mark.skipif(shutil.which("dot") is None,
                                reason="Graphviz's `dot` is not installed (apt-get install graphviz)")
