@@ -39,27 +39,43 @@ import random
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any, TypedDict
 
 import torch
 
-ENGINE_CONFIGS = {   # name -> LLMEngine keyword arguments
+ENGINE_CONFIGS: dict[str, dict[str, Any]] = {   # name -> LLMEngine keyword arguments
     "torch": dict(attention="torch"),
     "triton": dict(attention="triton"),
     "triton+graphs": dict(attention="triton", cuda_graphs=True),
 }
 CACHES = ("none", "hashed", "radix")
 
-# name -> (num_seqs, prompt lengths, output lengths); "cuda" is nano-vllm's scale.
-PRESETS = {
-    "tiny": dict(num_seqs=64, prompt_lens=(50, 300), output_lens=(20, 120)),
-    "full": dict(num_seqs=8, prompt_lens=(16, 64), output_lens=(8, 32)),
-    "cuda": dict(num_seqs=256, prompt_lens=(100, 1024), output_lens=(100, 1024)),
+
+class RandomShape(TypedDict):
+    """A :func:`random_workload`: how many sequences, and (inclusive) ranges of lengths."""
+    num_seqs: int
+    prompt_lens: tuple[int, int]
+    output_lens: tuple[int, int]
+
+
+class PrefixShape(TypedDict):
+    """A :func:`shared_prefix_workload`: one shared prefix, then a suffix of its own per sequence."""
+    num_seqs: int
+    prefix_len: int
+    suffix_lens: tuple[int, int]
+    output_lens: tuple[int, int]
+
+
+# Per model and device; "cuda" is nano-vllm's scale.
+PRESETS: dict[str, RandomShape] = {
+    "tiny": RandomShape(num_seqs=64, prompt_lens=(50, 300), output_lens=(20, 120)),
+    "full": RandomShape(num_seqs=8, prompt_lens=(16, 64), output_lens=(8, 32)),
+    "cuda": RandomShape(num_seqs=256, prompt_lens=(100, 1024), output_lens=(100, 1024)),
 }
-# name -> (num_seqs, shared prefix length, suffix lengths, output lengths)
-PREFIX_PRESETS = {
-    "tiny": dict(num_seqs=32, prefix_len=256, suffix_lens=(8, 32), output_lens=(8, 16)),
-    "full": dict(num_seqs=8, prefix_len=128, suffix_lens=(8, 16), output_lens=(4, 8)),
-    "cuda": dict(num_seqs=256, prefix_len=2048, suffix_lens=(64, 256), output_lens=(32, 128)),
+PREFIX_PRESETS: dict[str, PrefixShape] = {
+    "tiny": PrefixShape(num_seqs=32, prefix_len=256, suffix_lens=(8, 32), output_lens=(8, 16)),
+    "full": PrefixShape(num_seqs=8, prefix_len=128, suffix_lens=(8, 16), output_lens=(4, 8)),
+    "cuda": PrefixShape(num_seqs=256, prefix_len=2048, suffix_lens=(64, 256), output_lens=(32, 128)),
 }
 
 
@@ -237,7 +253,8 @@ def run_transformers(path: str | Path, workload: Workload, device: torch.device,
     SDPA attention. ``info["generated_tokens"]`` counts every row's tokens, padding rows' included."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa").to(device).eval()
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa")
+    model = model.to(device).eval()  # type: ignore[arg-type]  # transformers wraps `to`: its stub wants a model
     batch_size = batch_size or len(workload.prompts)
     outputs, generated = [], 0
     model.generate(input_ids=torch.tensor([workload.prompts[0][:16]], device=device), max_new_tokens=4,

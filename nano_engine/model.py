@@ -18,7 +18,6 @@ Every layer works on any leading shape ``[..., hidden]``, so the same weights se
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Protocol

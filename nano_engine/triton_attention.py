@@ -104,7 +104,7 @@ def _fix_interpreter_scalar_index() -> None:
         patch_tensor(tensor, scope)
         scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(())))
 
-    patch_tensor_with_scalar_index._nano_engine_fixed = True
+    patch_tensor_with_scalar_index._nano_engine_fixed = True  # type: ignore[attr-defined]  # a marker on the function
     interpreter._patch_lang_tensor = patch_tensor_with_scalar_index
 
 

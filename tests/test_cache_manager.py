@@ -12,8 +12,7 @@ import itertools
 import pytest
 import torch
 from engine_helpers import total
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from nano_engine.cache_manager import HashedBlockCacheManager, NaiveCacheManager, RadixCacheManager
 from nano_engine.model import generate

@@ -4,8 +4,7 @@ bound (measured from outside the policy), and unchanged greedy outputs on the en
 import random
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from nano_engine.cache_manager import HashedBlockCacheManager, RadixCacheManager
 from nano_engine.engine import LLMEngine

@@ -5,8 +5,7 @@ small run over real engines."""
 import copy
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from nano_engine.engine import LLMEngine, SamplingParams
 from nano_engine.prefix_cache import PrefixCachingBlockPool

@@ -10,8 +10,7 @@ import re
 import shutil
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from nano_engine.prefix_cache import PrefixCachingBlockPool
 from nano_engine.radix import RadixCache

@@ -8,8 +8,7 @@ of the same operations on a cache of our own.
 import html
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from nano_engine.kv_events import BlockRemoved, BlockStored
 from nano_engine.prefix_cache import PrefixCachingBlockPool
