@@ -8,8 +8,8 @@ generates exactly its length; throughput = output tokens / wall time. Greedy dec
 Each engine configuration runs the same prompts on the same loaded model:
 
 * ``torch``: the PyTorch reference attention (``nano_engine.attention.PagedAttention``);
-* ``triton``: the Triton kernels (``nano_engine.fast_attention``), CUDA only;
-* ``triton+graphs``: Triton plus decode steps replayed from CUDA graphs (``nano_engine.cuda_graph``).
+* ``triton``: the Triton kernels (``nano_engine.fast.fast_attention``), CUDA only;
+* ``triton+graphs``: Triton plus decode steps replayed from CUDA graphs (``nano_engine.fast.cuda_graph``).
 
 transformers gets the same prompts as one left-padded batch (or batches of ``hf_batch_size``) with
 ``min_new_tokens = max_new_tokens`` = the longest output in the batch, its stand-in for
@@ -218,7 +218,7 @@ def run_engine(model, workload: Workload, config: str = "torch", *, cache: str =
     engine = LLMEngine(model, cache=cache, block_size=block_size, max_num_batched_tokens=max_num_batched_tokens,
                        max_num_seqs=max_num_seqs, progress=False, **kwargs)
     if kwargs["attention"] == "triton":
-        from nano_engine.fast_attention import precompile
+        from nano_engine.fast.fast_attention import precompile
         precompile(engine.kv_cache, model.config.num_attention_heads)
     engine.generate([workload.prompts[0][:16], workload.prompts[-1][:5]], SamplingParams(max_tokens=4))  # warm-up
     setup_s = time.perf_counter() - build_start

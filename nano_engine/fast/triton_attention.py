@@ -552,7 +552,7 @@ def _check_runnable(*tensors: torch.Tensor) -> None:
     if device.type != "cuda" and not _INTERPRETED:
         raise RuntimeError(
             f"Triton attention got {device.type} tensors: the kernels need a CUDA device, or the Triton "
-            "interpreter (set TRITON_INTERPRET=1 before importing nano_engine.triton_attention)"
+            "interpreter (set TRITON_INTERPRET=1 before importing nano_engine.fast.triton_attention)"
         )
 
 
