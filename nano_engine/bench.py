@@ -255,7 +255,7 @@ def run_transformers(path: str | Path, workload: Workload, device: torch.device,
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa")
     model = model.to(device).eval()  # type: ignore[arg-type]  # transformers wraps `to`: its stub wants a model
-    batch_size = batch_size or len(workload.prompts)
+    batch_size = len(workload.prompts) if batch_size is None else batch_size
     outputs, generated = [], 0
     model.generate(input_ids=torch.tensor([workload.prompts[0][:16]], device=device), max_new_tokens=4,
                    min_new_tokens=4, do_sample=False, pad_token_id=0)                 # warm-up
@@ -317,22 +317,41 @@ def markdown_table(rows: list[dict]) -> str:
 
 # --------------------------------------------------------------------------- command line
 
+COUNT_OPTIONS = ("num_seqs", "min_len", "max_len", "min_out", "max_out", "block_size", "max_num_batched_tokens",
+                 "max_num_seqs", "hf_batch_size", "threads")
+
+
+def check_counts(args: argparse.Namespace) -> None:
+    """Every count option that is given is >= 1 (0 is refused, never replaced by a default)."""
+    for name in COUNT_OPTIONS:
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+
+
+def _or_preset(value: int | None, preset: int) -> int:
+    return preset if value is None else value
+
+
 def run(args: argparse.Namespace) -> int:
     """``python -m nano_engine bench`` (the options are defined in ``nano_engine.__main__``)."""
     from nano_engine.checkpoints import full_size_checkpoint, tiny_checkpoint
     from nano_engine.model import Transformer
     from nano_engine.weights import load_config
 
-    if args.threads:
+    check_counts(args)
+    if args.json and not Path(args.json).parent.is_dir():
+        raise ValueError(f"--json {args.json}: the folder {Path(args.json).parent} does not exist")
+    if args.threads is not None:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     on_gpu = device.type == "cuda"
     dtype = getattr(torch, args.dtype or ("bfloat16" if on_gpu else "float32"))
     preset_name = "cuda" if on_gpu else ("tiny" if args.model == "tiny" else "full")
     preset = PRESETS[preset_name]
-    num_seqs = args.num_seqs or preset["num_seqs"]
-    prompt_lens = (args.min_len or preset["prompt_lens"][0], args.max_len or preset["prompt_lens"][1])
-    output_lens = (args.min_out or preset["output_lens"][0], args.max_out or preset["output_lens"][1])
+    num_seqs = _or_preset(args.num_seqs, preset["num_seqs"])
+    prompt_lens = (_or_preset(args.min_len, preset["prompt_lens"][0]), _or_preset(args.max_len, preset["prompt_lens"][1]))
+    output_lens = (_or_preset(args.min_out, preset["output_lens"][0]), _or_preset(args.max_out, preset["output_lens"][1]))
     configs = [c.replace("reference", "torch") for c in (args.attention or
                                                           (["triton+graphs", "triton", "torch"] if on_gpu else ["torch"]))]
     path = {"tiny": tiny_checkpoint, "full": full_size_checkpoint}.get(args.model, lambda: Path(args.model))()
