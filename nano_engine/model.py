@@ -296,7 +296,7 @@ class _ContiguousCache:
     """The simplest KV cache: one growing ``[batch, seq, kv_heads, head_dim]`` tensor per
     layer. Used only by :func:`generate`; the engine's paged cache lives in ``kv_cache.py``."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.k: dict[int, torch.Tensor] = {}
         self.v: dict[int, torch.Tensor] = {}
 

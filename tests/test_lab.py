@@ -4,10 +4,15 @@ network (no news pop-up, no update check, no extension index).
 """
 
 import os
+import re
+import secrets
 import shlex
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -65,3 +70,71 @@ def test_lab_config_as_jupyter_loads_it(lab_command, tmp_path):
     assert ".check_for_updates_class = 'jupyterlab.NeverCheckForUpdate'" in config
     assert ".extension_manager = 'readonly'" in config
     assert f".file_to_run = '{ROOT / 'notebooks' / '00_the_model.ipynb'}'" in config
+
+
+OPENER = """import pathlib, sys
+pathlib.Path(sys.argv[1]).write_text(sys.argv[2])
+"""
+
+
+@pytest.mark.browser
+@pytest.mark.timeout(300)
+def test_lab_in_a_browser_opens_chapter_00_and_asks_nothing(lab_command, tmp_path):
+    """The server `make lab` starts (same settings, same file; a private port and token), the URL
+    it hands to the browser, and that page in headless Chromium: chapter 00 open, no news prompt."""
+    chromium = os.environ.get("NANO_ENGINE_CHROMIUM") or shutil.which("chromium")
+    if chromium is None:
+        pytest.skip("Chromium not found (install it: apt-get install chromium)")
+    pytest.importorskip("playwright")
+    from playwright.sync_api import sync_playwright
+
+    opener, opened = tmp_path / "opener.py", tmp_path / "opened-url.txt"
+    opener.write_text(OPENER)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    token = secrets.token_hex(16)
+    env = dict(os.environ, JUPYTER_CONFIG_PATH=str(config_path(lab_command)),
+               JUPYTER_CONFIG_DIR=str(tmp_path / "config"), JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+               JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"), IPYTHONDIR=str(tmp_path / "ipython"),
+               BROWSER=f"{sys.executable} {opener} {opened} %s")   # Python's webbrowser runs this
+    log = open(tmp_path / "jupyter.log", "wb")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", lab_command[-1], "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
+         "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not opened.exists():
+            if server.poll() is not None or time.monotonic() > deadline:
+                log.flush()
+                pytest.fail("JupyterLab opened no browser:\n" + (tmp_path / "jupyter.log").read_text()[-3000:])
+            time.sleep(0.3)
+        url = opened.read_text()     # a local page that redirects to the server (keeps the token off argv)
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=chromium, args=["--headless", "--no-sandbox"], timeout=30_000)
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            try:
+                page.goto(url, timeout=60_000)
+                page.wait_for_url(f"http://127.0.0.1:{port}/lab/tree/00_the_model.ipynb*", timeout=60_000)
+                # The kernel turns idle after the app is restored, which is when the news plugin asks.
+                page.get_by_text(re.compile(r"\| Idle$")).first.wait_for(timeout=90_000)
+                page.wait_for_timeout(2_000)
+                assert page.locator(".lm-TabBar-tab.lm-mod-current", has_text="00_the_model.ipynb").count() == 1
+                assert page.get_by_text("official Jupyter news").count() == 0
+            except Exception:
+                page.screenshot(path=str(tmp_path / "lab.png"))
+                raise
+            finally:
+                browser.close()
+    finally:
+        for sig, wait_s in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
+            try:
+                os.killpg(server.pid, sig)  # the group this test created: the server and its kernel
+                server.wait(timeout=wait_s)
+                break
+            except ProcessLookupError:
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        log.close()
