@@ -1,6 +1,6 @@
 # JupyterLab settings for `make lab`, found through JUPYTER_CONFIG_PATH (the Makefile sets it), so
-# nothing is written to the reader's home. labconfig/page_config.json turns off the plugin that
-# asks to fetch Jupyter news.
+# the reader's own Jupyter configuration is left as it is. labconfig/page_config.json turns off the
+# plugin that asks to fetch Jupyter news (it asks whatever news_url says).
 c = get_config()  # noqa: F821  (defined by Jupyter when it loads this file)
 
 # Containers and CI-like boxes often run as root; Jupyter refuses to start there without this.
