@@ -1,12 +1,15 @@
 # Two commands do all the set-up on a fresh machine:
-#   make lab    create .venv (first time), install, open JupyterLab on notebooks/
-#   make test   the same set-up, then the whole test suite
+#   make lab        create .venv (first time), install, open JupyterLab on chapter 00
+#   make test       the same set-up, then lint (ruff, mypy) and the whole test suite
+# And for the edit-test loop:
+#   make test-fast  the unit tests in parallel (no notebooks, browser or full-size model)
+#   make lint       ruff and mypy alone
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: lab test setup system-deps clean
+.PHONY: lab test test-fast lint setup system-deps clean
 
 setup: $(STAMP) system-deps
 
@@ -23,11 +26,20 @@ $(STAMP): $(PY) requirements.txt pyproject.toml
 system-deps:
 	@bash .ci/system-deps.sh
 
+# The project's Jupyter settings (notebooks/.jupyter) let it run as root (containers) and keep it
+# off the network: no news pop-up, no update check, no extension index.
 lab: setup
-	$(VENV)/bin/jupyter lab notebooks/
+	JUPYTER_CONFIG_PATH="$(CURDIR)/notebooks/.jupyter" $(VENV)/bin/jupyter lab notebooks/00_the_model.ipynb
 
-test: setup
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m mypy
+
+test: setup lint
 	$(PY) -m pytest
 
+test-fast: $(STAMP)
+	$(PY) -m pytest -n auto -m "not notebook and not browser and not slow" -q
+
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache

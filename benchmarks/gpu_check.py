@@ -43,6 +43,7 @@ import sys
 import time
 import traceback
 import warnings
+from functools import partial
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -206,8 +207,8 @@ def first_divergence(a: list[int], b: list[int]) -> int | None:
 # --------------------------------------------------------------------------- sections
 
 def section_environment(report: Report, figures: dict) -> None:
-    import triton
     import transformers
+    import triton
 
     if DEVICE.type != "cuda":
         report.add("a", "device", f"{DEVICE}: a smoke test of this script, not GPU figures")
@@ -283,8 +284,9 @@ def section_timing(report: Report, figures: dict, path: Path) -> None:
     figures["transformers generate"] = dict(ttft_s=ttft_hf, decode_tok_s=rate_hf)
     report.add("c", "transformers generate (same)", f"TTFT {1e3 * ttft_hf:.1f} ms, {rate_hf:.0f} tok/s decode; "
                                                     f"ours/theirs: {rate / rate_hf:.2f}x tok/s, {ttft_hf / ttft:.2f}x TTFT")
-    del hf
+    hf = None  # (not `del`: the lambda above names it) frees the weights before the engine runs
     release()
+
     def one_request(name, kwargs):
         engine = LLMEngine(ours, num_blocks=64, max_num_seqs=4, progress=False, **kwargs)
         params = SamplingParams(max_tokens=new, ignore_eos=True)
@@ -295,7 +297,7 @@ def section_timing(report: Report, figures: dict, path: Path) -> None:
                    f"TTFT {1e3 * metrics.time_to_first_token:.1f} ms, {metrics.decode_tokens_per_s:.0f} tok/s decode")
 
     for name, kwargs in PATHS.items():
-        guarded(report, "c", f"LLMEngine {name}", lambda: one_request(name, kwargs))
+        guarded(report, "c", f"LLMEngine {name}", partial(one_request, name, kwargs))
         release()
 
 
@@ -336,9 +338,9 @@ def section_equivalence(report: Report, figures: dict, path: Path, tokenizer_dir
         model = Transformer.from_pretrained(path, device=DEVICE, dtype=dtype)
         with torch.inference_mode():
             plain = [generate(model, torch.tensor([p], device=DEVICE), max_tokens)[0].tolist() for p in prompts]
-        results = {}
+        results: dict[tuple[str, str], list[list[int]]] = {}
 
-        def run_config(path_name, kwargs, cache):
+        def run_config(model, name, results, path_name, kwargs, cache):
             engine = LLMEngine(model, cache=cache, num_blocks=256, block_size=16, max_num_seqs=8,
                                progress=False, **kwargs)
             syncs, outputs = count_syncs(lambda: chapter_run(engine))
@@ -351,7 +353,8 @@ def section_equivalence(report: Report, figures: dict, path: Path, tokenizer_dir
 
         for path_name, kwargs in PATHS.items():
             for cache in bench.CACHES:
-                guarded(report, "d", f"{name} {path_name} cache {cache}", lambda: run_config(path_name, kwargs, cache))
+                guarded(report, "d", f"{name} {path_name} cache {cache}",
+                        partial(run_config, model, name, results, path_name, kwargs, cache))
                 release()
         reference = results.get(("torch", "none"))
         if reference is None:
@@ -384,7 +387,7 @@ def section_equivalence(report: Report, figures: dict, path: Path, tokenizer_dir
                 if f is not None:
                     report.add("d", f"host syncs, {path_name}", f"{f['syncs']} syncs in {f['steps']} steps "
                                                                f"({f['graph_steps']} graph replays)")
-        del model
+        model = None  # frees the weights before the next dtype loads
         release()
 
 
@@ -451,7 +454,7 @@ def section_throughput(report: Report, figures: dict, path: Path, args) -> None:
         report.save()
     results.append(engine_run("torch", args.torch_min_s))
     results.append(baseline)
-    del model
+    model = None  # frees the weights (the closure above names it, so not `del`)
     release()
     done = [r for r in results if r is not None]
     if done:

@@ -1,9 +1,57 @@
 """nano_engine: a small inference engine that really runs Qwen3, built to teach KV-cache reuse.
 
-Chapters import the pieces from their own modules (``nano_engine.model``, ``nano_engine.paged``,
-``nano_engine.prefix_cache``, ``nano_engine.radix``, ``nano_engine.engine`` ...), so that the
-reader finds each mechanism in the file named after it. The engine's two entry points are also
-available here, as the book chapter imports them (``from nano_engine import LLMEngine``).
+Chapters import each mechanism from the module named after it (``nano_engine.paged``,
+``nano_engine.radix`` ...), so the file a reader opens is the one the chapter talks about. The
+engine's two entry points are also here, as the book chapter imports them
+(``from nano_engine import LLMEngine, SamplingParams``).
+
+The module map, by layer. A module imports only from its own layer and the ones above it; the
+one exception, the engine's imports of ``fast/``, happens only when a fast path is asked for.
+
+  the model (chapter 00)
+    model.py           a hand-written Qwen3 decoder in plain PyTorch, and the reference greedy loop
+    weights.py         config.json and safetensors (one file or sharded), checked field by field
+    tokenizer.py       Qwen's tokenizer, rebuilt offline
+    checkpoints.py     the model folders the chapters and tests use (a tiny one, the default one)
+    prompts.py         the chapters' chat requests that share one long system prompt
+
+  paged KV memory (chapter 01)
+    paged.py           the block allocator: free queue and reference counts
+    kv_cache.py        the paged K/V tensors every attention path reads and writes
+    attention.py       attention for a flat batch, reading K/V through page tables (the reference)
+
+  prefix caches (chapters 02 and 03)
+    hashing.py         the hash functions a block cache can key its blocks with
+    prefix_cache.py    vLLM's way: chained block hashes, free blocks kept as an LRU cache
+    kv_events.py       what a prefix cache tells the outside world (stored / removed blocks)
+    radix.py           SGLang's way: a radix tree over token ids, LRU eviction of leaves
+
+  the engine (chapters 01 to 05)
+    sequence.py        the state of one request as it moves through the engine
+    sampling.py        per-request sampling parameters, and the sampler
+    cache_manager.py   one interface between scheduler and KV memory: no cache, hashed blocks, radix
+    scheduler.py       which sequences run in the next step, and how many tokens each computes
+    policies.py        cache-aware admission orders (SGLang's longest prefix match, DFS weight)
+    engine.py          LLMEngine: schedule, run the model, sample, free; continuous batching
+
+  beyond one engine (chapters 04 and 05)
+    workloads.py       request streams with shared prefixes, and the hit rate a cache gets on them
+    router.py          which of several engine instances serves a request
+
+  fast/: the GPU fast path (optional; the engine runs without it, and so do the chapters)
+    triton_attention.py  Triton kernels: write K/V by slot, attend through page tables
+    fast_attention.py    the engine's attention context on those kernels; picking one by name
+    cuda_graph.py        decode steps captured once per batch size and replayed
+    gpu_memory.py        how many KV blocks fit on the GPU (vLLM's gpu_memory_utilization)
+
+  notebook/: what only the chapters use
+    viz.py             diagrams of the block pool and the radix tree
+    widgets.py         steppers: requests through a cache, one operation at a time
+    exercises.py       a chapter's exercise: the statement and a "Check my solution" button
+
+  tools
+    __main__.py        the command line: ``python -m nano_engine generate | hitrate | bench``
+    bench.py           throughput of LLMEngine beside transformers' batched generate
 """
 
 __version__ = "0.1.0"

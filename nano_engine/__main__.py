@@ -1,7 +1,10 @@
 """Command line: ``python -m nano_engine <command> ...`` (also installed as ``nano-engine``).
 
 Each command is one function that adds an ``argparse`` sub-parser and sets its handler; to add a
-command, write ``add_<name>_command(subparsers)`` and list it in ``COMMANDS``.
+command, write ``add_<name>_command(subparsers)`` and list it in ``COMMANDS``. A value that
+argparse accepts but the engine refuses (a ``ValueError``, or a missing model folder) ends as one
+line on stderr and exit status 2, as argparse's own usage errors do; handlers check what they can
+before any slow work starts.
 
     python -m nano_engine generate --prompt "What is a KV cache?" --max-tokens 32 --cache radix
 """
@@ -11,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 
 def add_generate_command(subparsers) -> None:
@@ -36,17 +40,18 @@ def add_generate_command(subparsers) -> None:
 
 def run_generate(args: argparse.Namespace) -> int:
     import torch
-    from transformers import AutoTokenizer
 
     from nano_engine.checkpoints import resolve_model
     from nano_engine.engine import LLMEngine, SamplingParams
     from nano_engine.model import Transformer
 
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k,
+                            top_p=args.top_p, seed=args.seed)
+    device = check_device(args.device)
     dtype = getattr(torch, args.dtype) if args.dtype else None
     path = resolve_model(args.model)
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    model = Transformer.from_pretrained(path, device=device, dtype=dtype)
+    model = Transformer.from_pretrained(path, device=device, dtype=dtype)   # before the tokenizer: its errors are ours
+    tokenizer = load_tokenizer(path)
     if args.raw:
         prompt = tokenizer(args.prompt)["input_ids"]
     else:
@@ -55,8 +60,6 @@ def run_generate(args: argparse.Namespace) -> int:
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
                                              enable_thinking=False)
         prompt = tokenizer(text)["input_ids"]
-    params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k,
-                            top_p=args.top_p, seed=args.seed)
     engine = LLMEngine(model, eos_token_id=tokenizer.eos_token_id, cache=args.cache)
     (completion,), (metrics,) = engine.generate([prompt], params, return_metrics=True)
     print(tokenizer.decode(completion, skip_special_tokens=True))
@@ -66,6 +69,35 @@ def run_generate(args: argparse.Namespace) -> int:
         print(f"model {path} on {device}: {len(prompt)} prompt tokens, {len(completion)} generated, "
               f"time to first token {metrics.time_to_first_token:.3f} s{decode}", file=sys.stderr)
     return 0
+
+
+def check_device(name: str | None) -> str:
+    """``--device``, or the best one here when not given; a ValueError if this machine lacks it."""
+    import torch
+
+    if name is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(name)
+    except RuntimeError as error:
+        raise ValueError(f"--device {name!r}: {error} (use cpu or cuda)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        why = "this torch is built without CUDA" if torch.version.cuda is None else "no GPU is visible"
+        raise ValueError(f"--device {name}: CUDA is not available ({why}); use --device cpu")
+    return name
+
+
+def load_tokenizer(path):
+    """The tokenizer saved in the model folder (never fetched from the hub: without its files,
+    transformers would build a bare one from config.json, with no chat template)."""
+    from transformers import AutoTokenizer
+
+    if not (Path(path) / "tokenizer_config.json").is_file():
+        raise ValueError(f"--model {path}: no tokenizer in the folder (tokenizer_config.json is missing)")
+    try:
+        return AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except OSError as error:
+        raise ValueError(f"--model {path}: the tokenizer files cannot be read ({error})") from None
 
 
 def add_hitrate_command(subparsers) -> None:
@@ -80,9 +112,19 @@ def add_hitrate_command(subparsers) -> None:
 
 
 def run_hitrate(args: argparse.Namespace) -> int:
-    from nano_engine.workloads import (CHAPTER_METHODS, capacity_curve, chapter_workloads, format_table,
-                                       hit_rate_table, plot_hit_rates)
+    from nano_engine.workloads import (
+        CHAPTER_METHODS,
+        capacity_curve,
+        chapter_workloads,
+        format_table,
+        hit_rate_table,
+        plot_hit_rates,
+    )
 
+    if args.capacity and min(args.capacity) < 1:
+        raise ValueError(f"--capacity: every size must be >= 1 token, got {min(args.capacity)}")
+    if args.plot:
+        check_plot_path(Path(args.plot))
     workloads = chapter_workloads(args.seed)
     table = hit_rate_table(workloads)
     print(format_table(table))
@@ -100,6 +142,16 @@ def run_hitrate(args: argparse.Namespace) -> int:
         plot_hit_rates(table, args.plot, curves=curves, capacities=sorted(args.capacity or []))
         print(f"figure saved to {args.plot}")
     return 0
+
+
+PLOT_FORMATS = (".png", ".svg", ".pdf")
+
+
+def check_plot_path(path: Path) -> None:
+    if path.suffix.lower() not in PLOT_FORMATS:
+        raise ValueError(f"--plot {path}: the file name must end in one of {', '.join(PLOT_FORMATS)}")
+    if not path.parent.is_dir():
+        raise ValueError(f"--plot {path}: the folder {path.parent} does not exist")
 
 
 def add_bench_command(subparsers) -> None:
@@ -135,6 +187,7 @@ def add_bench_command(subparsers) -> None:
 def run_bench(args: argparse.Namespace) -> int:
     from nano_engine.bench import run
 
+    args.device = check_device(args.device)
     return run(args)
 
 
@@ -147,7 +200,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     for add in COMMANDS:
         add(subparsers)
     args = parser.parse_args(argv)
-    return args.handler(args)
+    try:
+        return args.handler(args)
+    except (ValueError, FileNotFoundError) as error:
+        message = " ".join(str(error).split())      # one line, whatever the message's layout
+        print(f"{parser.prog} {args.command}: error: {message}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -8,8 +8,8 @@ generates exactly its length; throughput = output tokens / wall time. Greedy dec
 Each engine configuration runs the same prompts on the same loaded model:
 
 * ``torch``: the PyTorch reference attention (``nano_engine.attention.PagedAttention``);
-* ``triton``: the Triton kernels (``nano_engine.fast_attention``), CUDA only;
-* ``triton+graphs``: Triton plus decode steps replayed from CUDA graphs (``nano_engine.cuda_graph``).
+* ``triton``: the Triton kernels (``nano_engine.fast.fast_attention``), CUDA only;
+* ``triton+graphs``: Triton plus decode steps replayed from CUDA graphs (``nano_engine.fast.cuda_graph``).
 
 transformers gets the same prompts as one left-padded batch (or batches of ``hf_batch_size``) with
 ``min_new_tokens = max_new_tokens`` = the longest output in the batch, its stand-in for
@@ -39,27 +39,43 @@ import random
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any, TypedDict
 
 import torch
 
-ENGINE_CONFIGS = {   # name -> LLMEngine keyword arguments
+ENGINE_CONFIGS: dict[str, dict[str, Any]] = {   # name -> LLMEngine keyword arguments
     "torch": dict(attention="torch"),
     "triton": dict(attention="triton"),
     "triton+graphs": dict(attention="triton", cuda_graphs=True),
 }
 CACHES = ("none", "hashed", "radix")
 
-# name -> (num_seqs, prompt lengths, output lengths); "cuda" is nano-vllm's scale.
-PRESETS = {
-    "tiny": dict(num_seqs=64, prompt_lens=(50, 300), output_lens=(20, 120)),
-    "full": dict(num_seqs=8, prompt_lens=(16, 64), output_lens=(8, 32)),
-    "cuda": dict(num_seqs=256, prompt_lens=(100, 1024), output_lens=(100, 1024)),
+
+class RandomShape(TypedDict):
+    """A :func:`random_workload`: how many sequences, and (inclusive) ranges of lengths."""
+    num_seqs: int
+    prompt_lens: tuple[int, int]
+    output_lens: tuple[int, int]
+
+
+class PrefixShape(TypedDict):
+    """A :func:`shared_prefix_workload`: one shared prefix, then a suffix of its own per sequence."""
+    num_seqs: int
+    prefix_len: int
+    suffix_lens: tuple[int, int]
+    output_lens: tuple[int, int]
+
+
+# Per model and device; "cuda" is nano-vllm's scale.
+PRESETS: dict[str, RandomShape] = {
+    "tiny": RandomShape(num_seqs=64, prompt_lens=(50, 300), output_lens=(20, 120)),
+    "full": RandomShape(num_seqs=8, prompt_lens=(16, 64), output_lens=(8, 32)),
+    "cuda": RandomShape(num_seqs=256, prompt_lens=(100, 1024), output_lens=(100, 1024)),
 }
-# name -> (num_seqs, shared prefix length, suffix lengths, output lengths)
-PREFIX_PRESETS = {
-    "tiny": dict(num_seqs=32, prefix_len=256, suffix_lens=(8, 32), output_lens=(8, 16)),
-    "full": dict(num_seqs=8, prefix_len=128, suffix_lens=(8, 16), output_lens=(4, 8)),
-    "cuda": dict(num_seqs=256, prefix_len=2048, suffix_lens=(64, 256), output_lens=(32, 128)),
+PREFIX_PRESETS: dict[str, PrefixShape] = {
+    "tiny": PrefixShape(num_seqs=32, prefix_len=256, suffix_lens=(8, 32), output_lens=(8, 16)),
+    "full": PrefixShape(num_seqs=8, prefix_len=128, suffix_lens=(8, 16), output_lens=(4, 8)),
+    "cuda": PrefixShape(num_seqs=256, prefix_len=2048, suffix_lens=(64, 256), output_lens=(32, 128)),
 }
 
 
@@ -202,7 +218,7 @@ def run_engine(model, workload: Workload, config: str = "torch", *, cache: str =
     engine = LLMEngine(model, cache=cache, block_size=block_size, max_num_batched_tokens=max_num_batched_tokens,
                        max_num_seqs=max_num_seqs, progress=False, **kwargs)
     if kwargs["attention"] == "triton":
-        from nano_engine.fast_attention import precompile
+        from nano_engine.fast.fast_attention import precompile
         precompile(engine.kv_cache, model.config.num_attention_heads)
     engine.generate([workload.prompts[0][:16], workload.prompts[-1][:5]], SamplingParams(max_tokens=4))  # warm-up
     setup_s = time.perf_counter() - build_start
@@ -237,8 +253,9 @@ def run_transformers(path: str | Path, workload: Workload, device: torch.device,
     SDPA attention. ``info["generated_tokens"]`` counts every row's tokens, padding rows' included."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa").to(device).eval()
-    batch_size = batch_size or len(workload.prompts)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa")
+    model = model.to(device).eval()  # type: ignore[arg-type]  # transformers wraps `to`: its stub wants a model
+    batch_size = len(workload.prompts) if batch_size is None else batch_size
     outputs, generated = [], 0
     model.generate(input_ids=torch.tensor([workload.prompts[0][:16]], device=device), max_new_tokens=4,
                    min_new_tokens=4, do_sample=False, pad_token_id=0)                 # warm-up
@@ -300,22 +317,41 @@ def markdown_table(rows: list[dict]) -> str:
 
 # --------------------------------------------------------------------------- command line
 
+COUNT_OPTIONS = ("num_seqs", "min_len", "max_len", "min_out", "max_out", "block_size", "max_num_batched_tokens",
+                 "max_num_seqs", "hf_batch_size", "threads")
+
+
+def check_counts(args: argparse.Namespace) -> None:
+    """Every count option that is given is >= 1 (0 is refused, never replaced by a default)."""
+    for name in COUNT_OPTIONS:
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+
+
+def _or_preset(value: int | None, preset: int) -> int:
+    return preset if value is None else value
+
+
 def run(args: argparse.Namespace) -> int:
     """``python -m nano_engine bench`` (the options are defined in ``nano_engine.__main__``)."""
     from nano_engine.checkpoints import resolve_model
     from nano_engine.model import Transformer
     from nano_engine.weights import load_config
 
-    if args.threads:
+    check_counts(args)
+    if args.json and not Path(args.json).parent.is_dir():
+        raise ValueError(f"--json {args.json}: the folder {Path(args.json).parent} does not exist")
+    if args.threads is not None:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     on_gpu = device.type == "cuda"
     dtype = getattr(torch, args.dtype or ("bfloat16" if on_gpu else "float32"))
     preset_name = "cuda" if on_gpu else ("tiny" if args.model == "tiny" else "full")
     preset = PRESETS[preset_name]
-    num_seqs = args.num_seqs or preset["num_seqs"]
-    prompt_lens = (args.min_len or preset["prompt_lens"][0], args.max_len or preset["prompt_lens"][1])
-    output_lens = (args.min_out or preset["output_lens"][0], args.max_out or preset["output_lens"][1])
+    num_seqs = _or_preset(args.num_seqs, preset["num_seqs"])
+    prompt_lens = (_or_preset(args.min_len, preset["prompt_lens"][0]), _or_preset(args.max_len, preset["prompt_lens"][1]))
+    output_lens = (_or_preset(args.min_out, preset["output_lens"][0]), _or_preset(args.max_out, preset["output_lens"][1]))
     configs = [c.replace("reference", "torch") for c in (args.attention or
                                                           (["triton+graphs", "triton", "torch"] if on_gpu else ["torch"]))]
     path = resolve_model(args.model)

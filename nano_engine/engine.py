@@ -78,11 +78,11 @@ class LLMEngine:
     ``attention`` builds the per-step attention context from the KV cache and the metadata
     (default: the PyTorch reference ``PagedAttention``); by name, ``"torch"`` (the reference),
     ``"triton"`` (the Triton kernels, CUDA) or ``"auto"`` (Triton on CUDA when installed), see
-    ``nano_engine.fast_attention``.
+    ``nano_engine.fast.fast_attention``.
 
     GPU options: ``gpu_memory_utilization`` (e.g. 0.9) sizes the KV pool from free GPU memory after a
-    profiling forward, like vLLM (``nano_engine.gpu_memory``); ``cuda_graphs=True`` (with Triton
-    attention on CUDA) replays decode-only steps from CUDA graphs (``nano_engine.cuda_graph``).
+    profiling forward, like vLLM (``nano_engine.fast.gpu_memory``); ``cuda_graphs=True`` (with Triton
+    attention on CUDA) replays decode-only steps from CUDA graphs (``nano_engine.fast.cuda_graph``).
 
     ``tokenizer`` lets ``generate`` take strings. ``progress``: True / False / None (a tqdm bar
     from 32 prompts on, off under pytest).
@@ -101,16 +101,16 @@ class LLMEngine:
         self.eos_token_id = eos_token_id
         self.tokenizer = tokenizer
         self.progress = progress
-        if isinstance(attention, str):      # "torch" | "triton" | "auto": see nano_engine.fast_attention
-            from nano_engine.fast_attention import attention_factory
+        if isinstance(attention, str):      # "torch" | "triton" | "auto": see nano_engine.fast.fast_attention
+            from nano_engine.fast.fast_attention import attention_factory
             attention = attention_factory(attention, model.device)
         self.attention = attention
         kv_dtype = kv_dtype or model.dtype
-        if gpu_memory_utilization is not None:   # the pool takes what the GPU has left (nano_engine.gpu_memory)
+        if gpu_memory_utilization is not None:   # the pool takes what the GPU has left (nano_engine.fast.gpu_memory)
             if pool is not None or num_blocks is not None or kv_bytes is not None or isinstance(cache, CacheManager):
                 raise ValueError("gpu_memory_utilization sizes the KV pool itself; drop pool=, num_blocks=, "
                                  "kv_bytes= or the cache-manager object")
-            from nano_engine.gpu_memory import profile_kv_budget
+            from nano_engine.fast.gpu_memory import profile_kv_budget
             kv_bytes = profile_kv_budget(model, gpu_memory_utilization, self.attention, block_size, kv_dtype,
                                          max_num_batched_tokens)
         self.cache = self._make_cache_manager(pool, cache, num_blocks, block_size, kv_bytes, kv_dtype)
@@ -119,8 +119,8 @@ class LLMEngine:
                                 device=model.device, dtype=kv_dtype)
         self.scheduler = Scheduler(self.cache, max_num_batched_tokens, max_num_seqs, policy)
         self.graph_runner = None
-        if cuda_graphs:                     # decode steps replayed from CUDA graphs: nano_engine.cuda_graph
-            from nano_engine.cuda_graph import DecodeGraphRunner
+        if cuda_graphs:                     # decode steps replayed from CUDA graphs: nano_engine.fast.cuda_graph
+            from nano_engine.fast.cuda_graph import DecodeGraphRunner
             self.graph_runner = DecodeGraphRunner.for_engine(self)
         self.step_log: list[dict] = []
         self.last_metrics: list[Metrics] = []

@@ -18,7 +18,7 @@ Every layer works on any leading shape ``[..., hidden]``, so the same weights se
 
 from __future__ import annotations
 
-import json
+import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Protocol
@@ -26,7 +26,6 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 from torch import nn
-
 
 # --------------------------------------------------------------------------- configuration
 
@@ -62,9 +61,15 @@ class Qwen3Config:
         if missing:
             raise ValueError(f"{source}: missing required keys {missing}")
         if raw.get("head_dim") is None:
-            raw["head_dim"] = raw["hidden_size"] // raw["num_attention_heads"]
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: raw[k] for k in names if k in raw})
+            raw.pop("head_dim", None)
+        kinds = {f.name: str(f.type) for f in fields(cls)}    # "int", "float" or "bool"
+        for name in kinds.keys() & raw.keys():
+            _check_field(source, name, raw[name], kinds[name])
+        if raw["num_attention_heads"] % raw["num_key_value_heads"]:
+            raise ValueError(f"{source}: num_attention_heads ({raw['num_attention_heads']}) must be a multiple of "
+                             f"num_key_value_heads ({raw['num_key_value_heads']})")
+        raw.setdefault("head_dim", raw["hidden_size"] // raw["num_attention_heads"])
+        return cls(**{k: raw[k] for k in kinds if k in raw})
 
     @property
     def num_kv_groups(self) -> int:
@@ -73,6 +78,22 @@ class Qwen3Config:
 
 _REQUIRED_KEYS = {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                   "num_attention_heads", "num_key_value_heads"}
+
+
+def _check_field(source: str, name: str, value: object, kind: str) -> None:
+    """A config value of the right JSON type: sizes are integers >= 1 (a string such as "16"
+    is refused, not guessed at), ``rope_theta`` and ``rms_norm_eps`` positive finite numbers."""
+    if kind == "bool":
+        ok, wanted = isinstance(value, bool), "true or false"
+    elif isinstance(value, bool):
+        ok, wanted = False, ("an integer >= 1" if kind == "int" else "a positive number")
+    elif kind == "int":
+        ok, wanted = isinstance(value, int) and value >= 1, "an integer >= 1"
+    else:
+        ok = isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+        wanted = "a positive number"
+    if not ok:
+        raise ValueError(f"{source}: {name} must be {wanted}, got {value!r} ({type(value).__name__})")
 
 
 # --------------------------------------------------------------------------- layers
@@ -275,7 +296,7 @@ class _ContiguousCache:
     """The simplest KV cache: one growing ``[batch, seq, kv_heads, head_dim]`` tensor per
     layer. Used only by :func:`generate`; the engine's paged cache lives in ``kv_cache.py``."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.k: dict[int, torch.Tensor] = {}
         self.v: dict[int, torch.Tensor] = {}
 

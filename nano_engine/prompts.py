@@ -30,7 +30,9 @@ PROMPT_LENGTHS = [123, 126, 126, 126, 128, 132]
 def chat_text(tokenizer: PreTrainedTokenizerBase, question: str, system: str = SYSTEM_PROMPT) -> str:
     """One request rendered by the chat template, ready for the assistant's answer (thinking off)."""
     messages = [{"role": "system", "content": system}, {"role": "user", "content": question}]
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=False)
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=False)
+    assert isinstance(text, str)  # tokenize=False renders text
+    return text
 
 
 def chat_prompts(

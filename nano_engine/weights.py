@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
@@ -23,19 +23,35 @@ def load_config(path: Path) -> dict:
     config = path / "config.json"
     if not config.is_file():
         raise FileNotFoundError(f"{config} is missing: a Hugging Face model folder needs one")
+    raw = read_json(config)
+    if not isinstance(raw, dict):
+        raise ValueError(f"{config} must hold one JSON object of fields, got a {type(raw).__name__}")
+    return raw
+
+
+def read_json(file: Path) -> object:
     try:
-        return json.loads(config.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{config} is not valid JSON: {e}") from None
+        return json.loads(file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{file} is not valid JSON: {e}") from None
+
+
+def open_safetensors(file: Path):
+    """``safe_open`` whose failure (a truncated file, or not safetensors at all) names the file."""
+    try:
+        return safe_open(file, framework="pt")
+    except SafetensorError as e:
+        raise ValueError(f"{file} is not a readable safetensors file (truncated, or another format): {e}") from None
 
 
 def weight_files(path: Path) -> dict[str, Path]:
     """Tensor name -> the safetensors file that holds it."""
     index = path / INDEX_FILE
     if index.is_file():
-        weight_map = json.loads(index.read_text()).get("weight_map")
-        if not isinstance(weight_map, dict):
-            raise ValueError(f"{index} has no 'weight_map'")
+        data = read_json(index)
+        weight_map = data.get("weight_map") if isinstance(data, dict) else None
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+            raise ValueError(f"{index}: 'weight_map' must be an object mapping each tensor name to a file name")
         files = {name: path / fname for name, fname in weight_map.items()}
         for f in set(files.values()):
             if not f.is_file():
@@ -44,7 +60,7 @@ def weight_files(path: Path) -> dict[str, Path]:
     single = path / SINGLE_FILE
     if not single.is_file():
         raise FileNotFoundError(f"no weights in {path}: expected {SINGLE_FILE} or {INDEX_FILE}")
-    with safe_open(single, framework="pt") as f:
+    with open_safetensors(single) as f:
         return {name: single for name in f.keys()}
 
 
@@ -68,8 +84,11 @@ def load_state_dict(path: Path, expected: dict[str, tuple[int, ...]], device: to
                          + (f" and {len(missing) - 5} more" if len(missing) > 5 else ""))
     state = {}
     for file, pairs in by_file.items():
-        with safe_open(file, framework="pt") as f:
+        with open_safetensors(file) as f:
+            on_file = set(f.keys())
             for ckpt_name, name in pairs:
+                if ckpt_name not in on_file:
+                    raise ValueError(f"{file}: tensor {ckpt_name!r} is listed in {INDEX_FILE} but not in the file")
                 t = f.get_tensor(ckpt_name)
                 if tuple(t.shape) != expected[name]:
                     raise ValueError(f"{file}: tensor {ckpt_name!r} has shape {tuple(t.shape)}, "

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from typing import TypeGuard
 
 from nano_engine.prefix_cache import PrefixCachingBlockPool
 from nano_engine.radix import RadixCache
@@ -185,7 +186,7 @@ def multi_tenant(seed: Seed = 0, *, num_tenants: int = 8, num_users: int = 128, 
 # ---------------------------------------------------------------------------- hit rates
 
 
-def _is_block_size(method: Method) -> bool:
+def _is_block_size(method: Method) -> TypeGuard[int]:
     return isinstance(method, int) and not isinstance(method, bool) and method >= 1
 
 
@@ -266,7 +267,9 @@ class ReplayCache:
         hit = pool.lookup(tokens, max_tokens=len(tokens) - 1)
         pool.touch(hit)
         used = min(-(-len(tokens) // size), pool.num_blocks)
-        table = hit + pool.allocate(used - len(hit))
+        fresh = pool.allocate(used - len(hit))
+        assert fresh is not None, "every block is back in the free queue between requests"
+        table = hit + fresh
         pool.cache_blocks(tokens, table, min(len(tokens), used * size))
         pool.free(table)
         return len(hit) * size

@@ -7,10 +7,7 @@ import random
 
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from engine_fixtures import single_thread  # noqa: F401
+from hypothesis import given, settings, strategies as st
 
 from nano_engine.attention import AttentionMetadata, PagedAttention, context_slots
 from nano_engine.kv_cache import KVCache

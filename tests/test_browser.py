@@ -30,12 +30,12 @@ pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 NOTEBOOK_CELL = """\
-from nano_engine.widgets import RadixStepper
+from nano_engine.notebook.widgets import RadixStepper
 
 stepper = RadixStepper([[1, 2, 3, 4, 5], [1, 2, 3, 9, 9], [7, 7, 7]], capacity=6)
 stepper"""
 PREDICT_CELL = """\
-from nano_engine.widgets import predict
+from nano_engine.notebook.widgets import predict
 
 guess = predict("How many of the first 10 looked-up tokens will hit?")
 guess"""

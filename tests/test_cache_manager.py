@@ -11,9 +11,8 @@ import itertools
 
 import pytest
 import torch
-from engine_fixtures import make_engine, single_thread, tiny_model, total  # noqa: F401
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from engine_helpers import total
+from hypothesis import given, settings, strategies as st
 
 from nano_engine.cache_manager import HashedBlockCacheManager, NaiveCacheManager, RadixCacheManager
 from nano_engine.model import generate

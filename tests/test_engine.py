@@ -7,8 +7,7 @@ pools so small that requests are preempted and recomputed, and the three cache m
 
 import pytest
 import torch
-from engine_fixtures import (MAX_TOKENS, assert_running_prefixes_intact, eos, make_engine, prompts,  # noqa: F401
-                             reference, single_thread, tiny_model, tokenizer, total)
+from engine_helpers import MAX_TOKENS, assert_running_prefixes_intact, total
 
 from nano_engine.engine import LLMEngine, SamplingParams
 from nano_engine.model import generate

@@ -1,4 +1,4 @@
-"""The exercises in practice/ and the notebook buttons of nano_engine.exercises.
+"""The exercises in practice/ and the notebook buttons of nano_engine.notebook.exercises.
 
 - Every reference solution passes its tests, every starter and every known-wrong variant fails
   them, and every worked example in a problem.md agrees with the reference (run in-process with
@@ -164,7 +164,7 @@ def test_a_package_class_with_a_bug_would_fail():
 
 def test_show_problem_renders_markdown():
     pytest.importorskip("IPython")
-    from nano_engine.exercises import exercise_list, show_problem
+    from nano_engine.notebook.exercises import exercise_list, show_problem
 
     text = show_problem(104).data
     assert not text.startswith("---") and "title:" not in text.split("\n")[0]
@@ -177,7 +177,7 @@ def test_show_problem_renders_markdown():
 
 def test_check_button_shows_verdicts(tmp_path):
     pytest.importorskip("ipywidgets")
-    from nano_engine.exercises import check_button
+    from nano_engine.notebook.exercises import check_button
 
     wrong = judge.get_exercise("103").folder / "wrong" / "no_last_token_rule.py"
     box = check_button(103, file=wrong, timeout=5)
@@ -198,7 +198,7 @@ def test_check_button_shows_verdicts(tmp_path):
 
 def test_check_button_without_a_file_says_how_to_start(tmp_path):
     pytest.importorskip("ipywidgets")
-    from nano_engine.exercises import check_button
+    from nano_engine.notebook.exercises import check_button
 
     box = check_button(101, workspace=tmp_path)
     assert "judge.py start 101" in box.result.value
@@ -208,7 +208,7 @@ def test_check_button_without_a_file_says_how_to_start(tmp_path):
 
 def test_check_button_reports_a_timeout(tmp_path):
     pytest.importorskip("ipywidgets")
-    from nano_engine.exercises import check_button
+    from nano_engine.notebook.exercises import check_button
 
     path = tmp_path / "spin.py"
     path.write_text("def block_hashes(token_ids, block_size):\n    while True:\n        pass\n")

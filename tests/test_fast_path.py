@@ -26,11 +26,16 @@ import torch
 
 from nano_engine.attention import AttentionMetadata, PagedAttention
 from nano_engine.checkpoints import QWEN3_0_6B_CONFIG, TINY_CONFIG, write_random_checkpoint
-from nano_engine.cuda_graph import DecodeGraphRunner, graph_batch_sizes, pack_decode_batch, padded_batch_size
 from nano_engine.engine import LLMEngine, SamplingParams
-from nano_engine.fast_attention import (DECODE_SPLIT_CHOICES, TritonPagedAttention, attention_factory,
-                                        decode_num_splits, pad_columns)
-from nano_engine.gpu_memory import kv_budget_bytes
+from nano_engine.fast.cuda_graph import DecodeGraphRunner, graph_batch_sizes, pack_decode_batch, padded_batch_size
+from nano_engine.fast.fast_attention import (
+    DECODE_SPLIT_CHOICES,
+    TritonPagedAttention,
+    attention_factory,
+    decode_num_splits,
+    pad_columns,
+)
+from nano_engine.fast.gpu_memory import kv_budget_bytes
 from nano_engine.kv_cache import KVCache, bytes_per_token
 from nano_engine.model import Qwen3Config, Transformer, generate
 from nano_engine.sampling import sample
@@ -65,7 +70,7 @@ def interp():
     if not INTERPRETER_RUN:
         pytest.skip("runs in a child process with TRITON_INTERPRET=1 (test_interpreter_cases_in_a_child_process)")
     pytest.importorskip("triton")
-    from nano_engine import triton_attention
+    from nano_engine.fast import triton_attention
 
     assert triton_attention._INTERPRETED
     return triton_attention
@@ -135,7 +140,7 @@ def test_interpreter_runner_returns_the_requested_logit_rows(interp, micro_model
 
 
 def test_interpreter_precompile_writes_nothing(interp, micro_model):
-    from nano_engine.fast_attention import precompile
+    from nano_engine.fast.fast_attention import precompile
 
     cache = KVCache(micro_model.config, 4, 4)
     for k in cache.k + cache.v:
@@ -301,7 +306,8 @@ IMPORT_CHECK = textwrap.dedent("""
                  "hypothesis"):
         sys.modules[name] = None          # any import of these now raises ImportError
     import torch
-    from nano_engine import attention, bench, cuda_graph, engine, fast_attention, gpu_memory, triton_attention
+    from nano_engine import attention, bench, engine
+    from nano_engine.fast import cuda_graph, fast_attention, gpu_memory, triton_attention
     from nano_engine.model import Qwen3Config, Transformer
     assert not triton_attention.HAS_TRITON
     cfg = Qwen3Config(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,

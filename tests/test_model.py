@@ -5,8 +5,7 @@ import shutil
 
 import pytest
 import torch
-from transformers import Qwen3Config as HFQwen3Config
-from transformers import Qwen3ForCausalLM
+from transformers import Qwen3Config as HFQwen3Config, Qwen3ForCausalLM
 
 from nano_engine.model import Qwen3Config, Transformer, generate
 

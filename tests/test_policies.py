@@ -4,10 +4,8 @@ bound (measured from outside the policy), and unchanged greedy outputs on the en
 import random
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
-from engine_fixtures import single_thread, tiny_model  # noqa: F401  (fixtures)
 from nano_engine.cache_manager import HashedBlockCacheManager, RadixCacheManager
 from nano_engine.engine import LLMEngine
 from nano_engine.policies import DFSWeight, LongestPrefixMatch

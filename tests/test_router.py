@@ -5,10 +5,8 @@ small run over real engines."""
 import copy
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
-from engine_fixtures import single_thread, tiny_model  # noqa: F401  (fixtures)
 from nano_engine.engine import LLMEngine, SamplingParams
 from nano_engine.prefix_cache import PrefixCachingBlockPool
 from nano_engine.radix import RadixCache

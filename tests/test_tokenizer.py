@@ -4,8 +4,7 @@ import unicodedata
 from importlib import resources
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from transformers import AutoTokenizer
 
 from nano_engine.checkpoints import REAL_MODEL_DIR, REPO_ROOT, tiny_checkpoint

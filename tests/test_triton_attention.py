@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 import torch
 
-MODULE_PATH = Path(__file__).resolve().parents[1] / "nano_engine" / "triton_attention.py"
+MODULE_PATH = Path(__file__).resolve().parents[1] / "nano_engine" / "fast" / "triton_attention.py"
 # Set at process start (by the parent test below, or by the user): the interpreter run.
 INTERPRETER_RUN = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on")
 
@@ -40,7 +40,7 @@ def interp():
     if not INTERPRETER_RUN:
         pytest.skip("runs in a child process with TRITON_INTERPRET=1 (test_interpreter_cases_in_a_child_process)")
     pytest.importorskip("triton")
-    from nano_engine import triton_attention
+    from nano_engine.fast import triton_attention
 
     assert triton_attention._INTERPRETED
     return triton_attention
@@ -52,7 +52,7 @@ def compiled():
     if INTERPRETER_RUN:
         pytest.skip("needs compiled kernels; this is the interpreter run")
     pytest.importorskip("triton")
-    from nano_engine import triton_attention
+    from nano_engine.fast import triton_attention
 
     assert not triton_attention._INTERPRETED
     return triton_attention

@@ -1,4 +1,4 @@
-"""The diagrams of nano_engine.viz: DOT content checked against the caches' own state.
+"""The diagrams of nano_engine.notebook.viz: DOT content checked against the caches' own state.
 
 The scenarios are the book chapter's transcripts (seed 000), so what each picture must show is
 known independently of the drawing code: which nodes exist, which slots they hold, which leaves
@@ -10,13 +10,20 @@ import re
 import shutil
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
+from nano_engine.notebook.viz import (
+    COLORS,
+    draw_block_pool,
+    draw_radix,
+    format_slots,
+    format_split,
+    format_tokens,
+    grouped_bars,
+    short_hash,
+)
 from nano_engine.prefix_cache import PrefixCachingBlockPool
 from nano_engine.radix import RadixCache
-from nano_engine.viz import (COLORS, draw_block_pool, draw_radix, format_slots, format_split,
-                             format_tokens, grouped_bars, short_hash)
 
 needs_dot = pytest.mark.skipif(shutil.which("dot") is None,
                                reason="Graphviz's `dot` is not installed (apt-get install graphviz)")

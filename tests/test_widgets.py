@@ -1,4 +1,4 @@
-"""The steppers of nano_engine.widgets, driven from code (no browser).
+"""The steppers of nano_engine.notebook.widgets, driven from code (no browser).
 
 What they narrate is checked against the caches' own records (the radix tree's events and
 ``last_*`` attributes, the pool's KV events and ``last_evicted``) and against a hand-written run
@@ -8,14 +8,13 @@ of the same operations on a cache of our own.
 import html
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from nano_engine.kv_events import BlockRemoved, BlockStored
+from nano_engine.notebook.viz import COLORS, format_slots, format_tokens, short_hash
+from nano_engine.notebook.widgets import BlockPoolStepper, Prediction, RadixStepper, predict
 from nano_engine.prefix_cache import PrefixCachingBlockPool
 from nano_engine.radix import RadixCache
-from nano_engine.viz import COLORS, format_slots, format_tokens, short_hash
-from nano_engine.widgets import BlockPoolStepper, Prediction, RadixStepper, predict
 
 # r2 holds [1 .. 5] locked while r3 arrives and splits it: the front must inherit the lock.
 SPLIT_WHILE_LOCKED = [[1, 2, 3, 4, 5], [9], [1, 2, 3, 4, 5, 6], [1, 2, 3, 7]]

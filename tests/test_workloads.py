@@ -5,9 +5,20 @@ import random
 
 import pytest
 
-from nano_engine.workloads import (CHAPTER_METHODS, CHAPTER_TABLE, ReplayCache, chapter_workloads,
-                                   few_shot, hit_rate, hit_rate_table, multi_tenant, multi_turn,
-                                   parallel_sampling, shared_system_prompt, unique_tokens)
+from nano_engine.workloads import (
+    CHAPTER_METHODS,
+    CHAPTER_TABLE,
+    ReplayCache,
+    chapter_workloads,
+    few_shot,
+    hit_rate,
+    hit_rate_table,
+    multi_tenant,
+    multi_turn,
+    parallel_sampling,
+    shared_system_prompt,
+    unique_tokens,
+)
 
 
 def chapter_generator_with_global_random():

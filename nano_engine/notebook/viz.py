@@ -334,14 +334,15 @@ def draw_block_pool(
 
     # The free queue, head (reused first) to tail.
     queue = list(pool.free_queue)
-    cells = []
+    queue_cells = []
     for b in queue:
         cached = pool.block_hash[b] is not None
         fill = COLORS["evictable_fill"] if cached else COLORS["empty_fill"]
         border = COLORS["evictable"] if cached else COLORS["empty"]
-        cells.append(f'<TD BORDER="1" COLOR="{border}" BGCOLOR="{fill}" CELLPADDING="4" WIDTH="24">'
+        queue_cells.append(f'<TD BORDER="1" COLOR="{border}" BGCOLOR="{fill}" CELLPADDING="4" WIDTH="24">'
                      f'{_font(str(b), 11, bold=True)}</TD>')
-    body = "".join(cells) if cells else f'<TD>{_font("(empty: every block is in use)", 10, COLORS["muted"])}</TD>'
+    body = ("".join(queue_cells) if queue_cells
+            else f'<TD>{_font("(empty: every block is in use)", 10, COLORS["muted"])}</TD>')
     g.node("queue", label=f'<<TABLE BORDER="0" CELLSPACING="2" CELLPADDING="0"><TR>'
                           f'<TD>{_font("free queue", 10, COLORS["muted"], bold=True)}</TD>'
                           f'<TD>{_font("head ▸", 9, COLORS["muted"])}</TD>{body}'
@@ -349,11 +350,11 @@ def draw_block_pool(
     g.edge("blocks", "queue", style="invis")
 
     if block_tables:
-        rows = "".join(f'<TR><TD ALIGN="LEFT">{_font(_esc(name), 10, bold=True)}</TD>'
-                       f'<TD ALIGN="LEFT">{_font(_esc(str(list(table))), 10, face=MONO)}</TD></TR>'
-                       for name, table in block_tables.items())
+        table_rows = "".join(f'<TR><TD ALIGN="LEFT">{_font(_esc(name), 10, bold=True)}</TD>'
+                             f'<TD ALIGN="LEFT">{_font(_esc(str(list(table))), 10, face=MONO)}</TD></TR>'
+                             for name, table in block_tables.items())
         g.node("tables", label=f'<<TABLE BORDER="0" CELLSPACING="2"><TR><TD COLSPAN="2" ALIGN="LEFT">'
-                               f'{_font("block tables", 10, COLORS["muted"], bold=True)}</TD></TR>{rows}</TABLE>>')
+                               f'{_font("block tables", 10, COLORS["muted"], bold=True)}</TD></TR>{table_rows}</TABLE>>')
         g.edge("blocks", "tables", style="invis")
 
     if legend:

@@ -4,7 +4,7 @@ The engine calls ``context.attend(layer_idx, q, k, v)`` once per layer (see ``mo
 readable reference, :class:`~nano_engine.attention.PagedAttention`, gathers every sequence's K/V
 into contiguous tensors and calls ``scaled_dot_product_attention``: simple, and on a GPU it moves
 each token's K/V twice (gather, then attention). :class:`TritonPagedAttention` does the same work
-with the kernels of :mod:`nano_engine.triton_attention`, which read K/V straight from the pages:
+with the kernels of :mod:`nano_engine.fast.triton_attention`, which read K/V straight from the pages:
 
 * ``store_kv`` writes the new tokens' K/V to their slots (a negative slot is padding: skipped);
 * a step where every sequence brings exactly one new token (decode, or a one-token prefill chunk)
@@ -27,8 +27,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from nano_engine import triton_attention as ta
 from nano_engine.attention import AttentionMetadata, PagedAttention
+from nano_engine.fast import triton_attention as ta
 from nano_engine.kv_cache import KVCache
 from nano_engine.model import AttentionContext
 

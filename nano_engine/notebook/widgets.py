@@ -2,7 +2,7 @@
 
 ``RadixStepper`` drives a ``RadixCache`` and ``BlockPoolStepper`` a ``PrefixCachingBlockPool``
 through a small script of the operations an engine performs for each request. Each step performs
-one operation on the real cache, draws the cache (``nano_engine.viz``) and narrates, in one line,
+one operation on the real cache, draws the cache (``nano_engine.notebook.viz``) and narrates, in one line,
 what the cache reported doing: the narration is built from the cache's own event record (its
 ``on_event`` callback or KV events, and its ``last_*`` attributes), never re-derived.
 
@@ -50,9 +50,7 @@ from typing import Any
 import graphviz
 
 from nano_engine.kv_events import BlockStored, KVEvent
-from nano_engine.prefix_cache import PrefixCachingBlockPool
-from nano_engine.radix import RadixCache
-from nano_engine.viz import (
+from nano_engine.notebook.viz import (
     Tokenizer,
     draw_block_pool,
     draw_radix,
@@ -61,6 +59,8 @@ from nano_engine.viz import (
     format_tokens,
     short_hash,
 )
+from nano_engine.prefix_cache import PrefixCachingBlockPool
+from nano_engine.radix import RadixCache
 
 Request = str | Sequence[int]
 

@@ -19,7 +19,7 @@ shapes. So:
 * **Only decode.** Every sequence brings exactly one new token, whatever its context length:
   lengths are read from the buffers by the Triton kernels, never baked into the graph. Steps with
   a prefill chunk run eagerly. The PyTorch reference attention sizes its tensors from lengths known
-  on the host, so graphs need the Triton context (:class:`~nano_engine.fast_attention.TritonPagedAttention`).
+  on the host, so graphs need the Triton context (:class:`~nano_engine.fast.fast_attention.TritonPagedAttention`).
 
 All graphs share one memory pool (captured largest first, as PyTorch recommends): only one runs
 at a time, so their intermediate tensors can live in the same memory.
@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from nano_engine.attention import AttentionMetadata, device_tensor
-from nano_engine.fast_attention import PAGE_TABLE_ALIGN, TritonPagedAttention
+from nano_engine.fast.fast_attention import PAGE_TABLE_ALIGN, TritonPagedAttention
 from nano_engine.kv_cache import KVCache
 from nano_engine.model import Transformer
 

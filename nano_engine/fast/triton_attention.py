@@ -104,7 +104,7 @@ def _fix_interpreter_scalar_index() -> None:
         patch_tensor(tensor, scope)
         scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(())))
 
-    patch_tensor_with_scalar_index._nano_engine_fixed = True
+    patch_tensor_with_scalar_index._nano_engine_fixed = True  # type: ignore[attr-defined]  # a marker on the function
     interpreter._patch_lang_tensor = patch_tensor_with_scalar_index
 
 
@@ -552,7 +552,7 @@ def _check_runnable(*tensors: torch.Tensor) -> None:
     if device.type != "cuda" and not _INTERPRETED:
         raise RuntimeError(
             f"Triton attention got {device.type} tensors: the kernels need a CUDA device, or the Triton "
-            "interpreter (set TRITON_INTERPRET=1 before importing nano_engine.triton_attention)"
+            "interpreter (set TRITON_INTERPRET=1 before importing nano_engine.fast.triton_attention)"
         )
 
 

@@ -2,7 +2,7 @@
 
 Each chapter ends with exercises from ``practice/``. In a notebook cell::
 
-    from nano_engine.exercises import show_problem, check_button
+    from nano_engine.notebook.exercises import show_problem, check_button
     show_problem(101)        # the statement, rendered (the explanation stays folded)
     check_button(101)        # "Run examples" and "Check my solution"
 
@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]  # nano_engine/notebook/exercises.py
 VERDICT_COLORS = {"accepted": "#1a7f37", "wrong answer": "#cf222e", "runtime error": "#8250df",
                   "compile error": "#8250df", "timeout": "#9a6700", "not run": "#6e7781"}
 
