@@ -328,7 +328,8 @@ def resolve_model(spec: str | Path | None) -> Path:
     if str(spec) in PRESETS:
         return model_path(str(spec))
     if not Path(spec).is_dir():
-        raise ValueError(f"model must be 'default', one of {sorted(PRESETS)} or a model folder, got {str(spec)!r}")
+        raise ValueError(f"model {str(spec)!r} is neither 'default', a preset ({', '.join(sorted(PRESETS))}) "
+                         "nor a model folder: that folder does not exist")
     return Path(spec)
 
 

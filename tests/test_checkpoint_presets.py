@@ -45,7 +45,7 @@ def test_resolve_model_accepts_presets_default_and_folders(monkeypatch, tmp_path
     assert resolve_model(None) == resolve_model("default") == tmp_path
     assert resolve_model("tiny") == tiny_checkpoint()
     assert resolve_model(str(tmp_path)) == tmp_path
-    with pytest.raises(ValueError, match="model must be 'default', one of"):
+    with pytest.raises(ValueError, match="neither 'default', a preset"):
         resolve_model(str(tmp_path / "missing"))
 
 
