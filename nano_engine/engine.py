@@ -433,9 +433,12 @@ class LLMEngine:
         Per-request :class:`~nano_engine.sequence.Metrics` (time to first token, decode tokens/s,
         cache hits, preemptions) land in ``self.last_metrics``; ``return_metrics=True`` returns
         ``(completions, metrics)``."""
-        seqs = self._add_all(self._check_prompts(prompts), params)
-        bar = self._progress_bar(len(seqs), progress)
+        prompts = self._check_prompts(prompts)
+        params = self._params_per_prompt(params, len(prompts))
+        seqs: list[Sequence] = []
+        bar = self._progress_bar(len(prompts), progress)
         try:
+            self._queue(prompts, params, seqs)
             self._run_until_done(seqs, bar)
         except BaseException:
             with self._lock, self._critical():
@@ -463,25 +466,27 @@ class LLMEngine:
                                                                         if isinstance(prompts, list) else ""))
         return list(prompts)
 
-    def _add_all(self, prompts: list, params: object) -> list[Sequence]:
-        """Check every request, then queue them all (or none)."""
+    def _params_per_prompt(self, params: object, num_prompts: int) -> list[SamplingParams]:
         if params is None or isinstance(params, SamplingParams):
-            params = [self._check_params(params)] * len(prompts)
-        elif isinstance(params, (dict, str)) or not isinstance(params, Seq):
+            return [self._check_params(params)] * num_prompts
+        if isinstance(params, (dict, str)) or not isinstance(params, Seq):
+            hint = ": build SamplingParams(**params)" if isinstance(params, dict) else ""
             raise ValueError(f"params must be a SamplingParams, a list of them (one per prompt) or None, got "
-                             f"{type(params).__name__}" + (": build SamplingParams(**params)" if isinstance(params, dict) else ""))
-        elif len(params) != len(prompts):
-            raise ValueError(f"got {len(params)} SamplingParams for {len(prompts)} prompts")
-        else:
-            params = [self._check_params(p, f"params[{i}]") for i, p in enumerate(params)]
+                             f"{type(params).__name__}{hint}")
+        if len(params) != num_prompts:
+            raise ValueError(f"got {len(params)} SamplingParams for {num_prompts} prompts")
+        return [self._check_params(p, f"params[{i}]") for i, p in enumerate(params)]
+
+    def _queue(self, prompts: list, params: list[SamplingParams], seqs: list[Sequence]) -> None:
+        """Check every request, then queue them all (into ``seqs`` too) or, if one is bad, none."""
         with self._lock, self._critical():
             first = self._next_request_id
-            seqs = [self._make_sequence(p, sp, first + i, f" (prompt {i})")
-                    for i, (p, sp) in enumerate(zip(prompts, params, strict=True))]
-            self._next_request_id += len(seqs)
-            for seq in seqs:
+            new = [self._make_sequence(p, sp, first + i, f" (prompt {i})")
+                   for i, (p, sp) in enumerate(zip(prompts, params, strict=True))]
+            self._next_request_id += len(new)
+            for seq in new:
                 self.scheduler.add(seq)
-        return seqs
+            seqs += new
 
     def _run_until_done(self, seqs: list[Sequence], bar: Any) -> None:
         """Step until each of ``seqs`` has finished (other threads' steps count too)."""
@@ -516,8 +521,10 @@ class LLMEngine:
         if pin and not isinstance(self.cache, HashedBlockCacheManager):
             raise ValueError(f"pinning needs the hashed cache, this engine uses {self.cache.name!r}")
         keys = {"lora_id": lora_id, "cache_salt": cache_salt}
-        (seq,) = self._add_all([prompt], SamplingParams(max_tokens=1, **keys))
-        self._run_until_done([seq], None)
+        seqs: list[Sequence] = []
+        self._queue([prompt], [SamplingParams(max_tokens=1, **keys)], seqs)
+        self._run_until_done(seqs, None)
+        (seq,) = seqs
         if isinstance(self.cache, HashedBlockCacheManager) and pin:
             return len(self.cache.pool.pin(seq.prompt_token_ids, **keys)) * self.block_size
         probe = Sequence(-1, seq.prompt_token_ids + [0], seq.params)   # +1: match stops before the last token

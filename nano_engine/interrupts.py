@@ -41,23 +41,33 @@ from types import FrameType
 
 
 class InterruptGuard:
-    """Defers SIGINT inside ``deferred()`` sections, except within ``allowed()`` sub-sections."""
+    """Defers SIGINT inside ``deferred()`` sections, except within ``allowed()`` sub-sections.
+
+    Sections nest (the outermost one installs the handler and delivers); both do nothing outside
+    the main thread."""
 
     def __init__(self) -> None:
         self.pending = False     # a SIGINT arrived while deferred
         self.allow = False       # inside allowed(): interrupt at once
+        self.depth = 0           # nesting of deferred() sections in the main thread
 
     def _handler(self, signum: int, frame: FrameType | None) -> None:
         if self.allow:
             raise KeyboardInterrupt
         self.pending = True
 
+    @staticmethod
+    def _main_thread() -> bool:
+        return threading.current_thread() is threading.main_thread()
+
     @contextmanager
     def deferred(self) -> Iterator[None]:
-        if threading.current_thread() is not threading.main_thread():
+        if not self._main_thread() or self.depth:     # elsewhere, or nested: the outermost delivers
             yield
             return
+        self.pending = False
         previous = signal.signal(signal.SIGINT, self._handler)
+        self.depth = 1
         try:
             yield
         except BaseException:
@@ -65,15 +75,19 @@ class InterruptGuard:
             raise
         self._restore(previous, deliver=True)
 
-    def _restore(self, previous: signal.Handlers | object, deliver: bool) -> None:
+    def _restore(self, previous: object, deliver: bool) -> None:
         # None: the previous handler was not installed from Python (an embedding application)
         signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)  # type: ignore[arg-type]
-        pending, self.pending = self.pending, False
-        if pending and deliver:
+        self.depth = 0
+        if self.pending and deliver:
+            self.pending = False
             signal.raise_signal(signal.SIGINT)         # now handled by the previous handler
 
     @contextmanager
     def allowed(self) -> Iterator[None]:
+        if not self._main_thread() or not self.depth:
+            yield
+            return
         if self.pending:
             self.pending = False
             raise KeyboardInterrupt
