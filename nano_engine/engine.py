@@ -48,7 +48,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from collections.abc import Sequence as Seq
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -120,6 +120,7 @@ class StepPlan:
     to_sample: list[Sequence]
     num_decode_tokens: int
     cuda_graph: bool = False              # set by the forward: replayed from a CUDA graph
+    generator_states: dict[Sequence, torch.Tensor] = field(default_factory=dict)   # before sampling
 
     @classmethod
     def build(cls, scheduled: SchedulerOutput) -> StepPlan:
@@ -342,13 +343,13 @@ class LLMEngine:
     def _forward_and_sample(self, plan: StepPlan) -> list[int]:
         """Stage 2: the next token of every sequence in ``plan.to_sample``. Records nothing, so a
         failure here (Ctrl-C included) is undone by forgetting the step."""
-        states = {s: s.generator.get_state() for s in plan.to_sample if s.generator is not None}
+        plan.generator_states = {s: s.generator.get_state() for s in plan.to_sample if s.generator is not None}
         try:
             with self._interrupts.allowed():
                 logits = self._forward(plan)
                 return sample(logits, [s.params for s in plan.to_sample], [s.generator for s in plan.to_sample])
         except BaseException:
-            self._rollback(plan.seqs, states)
+            self._rollback(plan, plan.seqs)
             raise
 
     def _forward(self, plan: StepPlan) -> torch.Tensor:
@@ -367,40 +368,47 @@ class LLMEngine:
                           context=self.attention(self.kv_cache, metadata),
                           logits_indices=device_tensor(plan.logits_rows, torch.long, device))
 
-    def _rollback(self, seqs: Seq[Sequence], generator_states: dict[Sequence, torch.Tensor]) -> None:
+    def _rollback(self, plan: StepPlan, seqs: Seq[Sequence]) -> None:
         """Forget this step for ``seqs``: next step they compute the same tokens and draw the same samples."""
         for seq in seqs:
             self.cache.rollback(seq)
-            if seq in generator_states:
-                seq.generator.set_state(generator_states[seq])  # type: ignore[union-attr]
+            if seq in plan.generator_states:
+                seq.generator.set_state(plan.generator_states[seq])  # type: ignore[union-attr]
 
     def _postprocess(self, plan: StepPlan, tokens: list[int]) -> list[Sequence]:
-        """Stage 3, the commit, one sequence at a time: if one fails, those before it are
-        recorded, it and those after it are rolled back (they recompute next step)."""
+        """Stage 3, the commit, one sequence at a time. If something raises, the sequences before
+        it keep their step, it and the ones after are rolled back (they recompute next step)."""
         sampled = dict(zip(plan.to_sample, tokens, strict=True))
         now = time.perf_counter()
-        for i, (seq, n) in enumerate(zip(plan.seqs, plan.num_new_tokens, strict=True)):
-            try:
-                self._commit(seq, n, sampled.get(seq), now)
-            except BaseException:
-                self._rollback(plan.seqs[i + 1:], {})
-                raise
+        committed = 0
+        try:
+            for seq, n in zip(plan.seqs, plan.num_new_tokens, strict=True):
+                self._mark_computed(seq, n)
+                committed += 1
+                self._append_token(seq, sampled.get(seq), now)
+        except BaseException:
+            self._rollback(plan, plan.seqs[committed:])
+            raise
         return [s for s in plan.to_sample if s.is_finished]
 
-    def _commit(self, seq: Sequence, num_new_tokens: int, token: int | None, now: float) -> None:
-        """Record one sequence's step: its new tokens are computed and cached for reuse; its sampled
-        token (if it sampled) is appended, and if that finished it, its memory goes back."""
+    def _mark_computed(self, seq: Sequence, num_new_tokens: int) -> None:
+        """``seq``'s new tokens now have their KV: count them, and let the cache manager register
+        them for reuse (if that raises, they are not counted)."""
         seq.num_computed_tokens += num_new_tokens
         try:
             self.cache.cache(seq, num_new_tokens)
         except BaseException:
             seq.num_computed_tokens -= num_new_tokens
-            self._rollback([seq], {})
             raise
-        if token is not None:
-            seq.append_token(token, now)
-            if seq.is_finished:
-                self.scheduler.finish(seq)     # if its free raises, repair() finishes it next step
+
+    def _append_token(self, seq: Sequence, token: int | None, now: float) -> None:
+        """Append the token ``seq`` sampled (None: it is still in prefill); if that finished it, its
+        memory goes back (should ``free`` raise, ``Scheduler.repair`` finishes it next step)."""
+        if token is None:
+            return
+        seq.append_token(token, now)
+        if seq.is_finished:
+            self.scheduler.finish(seq)
 
     def _log(self, plan: StepPlan, start: float) -> None:
         """Stage 4: one ``step_log`` entry (keys in the module docstring)."""

@@ -84,8 +84,7 @@ class EngineConfig:
             value = getattr(self, name)
             _require(value is None or (_is_int(value) and value >= minimum), name,
                      f"None or an integer >= {minimum}", value)
-        for name in ("eos_token_id",):
-            optional_count(name, minimum=0)
+        optional_count("eos_token_id", minimum=0)
         for name in ("num_blocks", "kv_bytes", "max_num_batched_tokens"):
             optional_count(name)
         optional_count("step_log_size", minimum=0)
