@@ -12,7 +12,8 @@ Two kinds of faults, on all three caches (none, hashed, radix):
 * **Ctrl-C at random moments** (``test_random_interrupt_soak``): a real SIGINT raised at a random
   line of ``nano_engine`` code while ``generate`` runs (``sys.settrace`` counts the lines), as a
   user pressing Ctrl-C would. ``generate`` raises KeyboardInterrupt; then the engine must have
-  no leak, and generate the same prompts correctly.
+  no leak, and (every fourth round, and at the end) generate the same prompts correctly. 60
+  rounds per cache by default (``SOAK_ROUNDS=...`` for more; ``-m slow`` runs 1000 per cache).
 
 ``pytest -s tests/test_faults.py`` prints the counts (faults per stage and cache, interrupts,
 broken engines).
@@ -215,7 +216,7 @@ def soak(engine: LLMEngine, expected: dict, rounds: int, rng: random.Random) -> 
     interrupts = broken = 0
     lines: dict[tuple, int] = {}           # lines a clean generate of these prompts ran, once measured
     params = SamplingParams(max_tokens=MAX_TOKENS)
-    for _ in range(rounds):
+    for round in range(rounds):
         batch = tuple(sorted(rng.sample(range(len(SOAK_PROMPTS)), rng.randint(1, 3))))
         batch_prompts, want = [SOAK_PROMPTS[i] for i in batch], [expected[i] for i in batch]
         if batch not in lines:
@@ -230,8 +231,9 @@ def soak(engine: LLMEngine, expected: dict, rounds: int, rng: random.Random) -> 
         try:
             drain(engine)                   # requests a generate was interrupted before aborting
             engine.check_no_leaks()
-            assert engine.generate(batch_prompts, params) == want
-            engine.check_no_leaks()
+            if round % 4 == 3 or round == rounds - 1:     # and it still computes the right tokens
+                assert engine.generate(batch_prompts, params) == want
+                engine.check_no_leaks()
         except AssertionError:
             broken += 1
             raise
@@ -254,7 +256,7 @@ def run_soak(make_engine, soak_expected, cache: str, rounds: int) -> None:
 
 @pytest.mark.parametrize("cache", CACHES)
 def test_random_interrupt_soak(make_engine, soak_expected, cache):
-    run_soak(make_engine, soak_expected, cache, rounds=int(os.environ.get("SOAK_ROUNDS", 70)))
+    run_soak(make_engine, soak_expected, cache, rounds=int(os.environ.get("SOAK_ROUNDS", 60)))
 
 
 @pytest.mark.slow
