@@ -1,6 +1,7 @@
 """engine.py: ``LLMEngine``, continuous batching over a paged KV cache with optional prefix caching.
 
-Each ``step()`` is four named stages (nano-vllm's ``schedule → run → postprocess``, plus a log):
+Each ``step()`` is four named stages: nano-vllm's ``LLMEngine.step`` (``nanovllm/engine/llm_engine.py``:
+``scheduler.schedule`` → ``model_runner.run`` → ``scheduler.postprocess``), plus a log:
 
 1. ``_plan``: the :class:`~nano_engine.scheduler.Scheduler` picks sequences and how many tokens
    each computes (decodes, prefill chunks, admissions with prefix-cache hits, preemptions when
@@ -20,7 +21,8 @@ whatever a manager registered ahead of time, seeded generators get their state b
 and 3 change the queues and the caches; each change to one sequence is all or nothing, a failure
 undoes the current sequence's change and marks the scheduler for ``repair``, and Ctrl-C is held
 back until they end (:mod:`nano_engine.interrupts`). Afterwards every request is either still
-scheduled correctly or finished/aborted with its memory released.
+scheduled correctly or finished/aborted with its memory released. (nano-vllm's step has no such
+undo; this one is meant to be interrupted in a notebook.)
 
 ``generate(prompts, params)`` adds requests and steps until they are done, returning completions
 only (the same tokens as ``nano_engine.model.generate(...)[0].tolist()`` under greedy decoding).
@@ -40,12 +42,13 @@ only (the same tokens as ``nano_engine.model.generate(...)[0].tolist()`` under g
 
 from __future__ import annotations
 
+import numbers
 import operator
 import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from collections.abc import Sequence as Seq
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -462,17 +465,17 @@ class LLMEngine:
 
     @staticmethod
     def _check_prompts(prompts: object) -> list:
-        if isinstance(prompts, torch.Tensor):
-            if prompts.dim() != 2:
-                raise ValueError(f"prompts as a tensor must be 2-D (one row per prompt), got shape "
-                                 f"{tuple(prompts.shape)}; pass one 1-D tensor as [tensor]")
-            return list(prompts)
-        if (isinstance(prompts, (str, bytes, dict)) or not isinstance(prompts, Seq)
-                or any(isinstance(p, int) for p in prompts)):
-            raise ValueError("prompts must be a list of prompts (each a list of token ids, a 1-D tensor or a "
-                             f"string), got {type(prompts).__name__}" + (" of ints: wrap one prompt as [prompt]"
-                                                                        if isinstance(prompts, list) else ""))
-        return list(prompts)
+        """The prompts as a list: from a list (tuple, array) of prompts or a 2-D tensor, one row each."""
+        if isinstance(prompts, torch.Tensor) and prompts.dim() != 2:
+            raise ValueError(f"prompts as a tensor must be 2-D (one row per prompt), got shape "
+                             f"{tuple(prompts.shape)}; pass one 1-D tensor as [tensor]")
+        if isinstance(prompts, (str, bytes, dict)) or not isinstance(prompts, Iterable):
+            raise ValueError(f"prompts must be a list of prompts (each a list of token ids, a 1-D tensor or a "
+                             f"string), got {type(prompts).__name__}")
+        prompts = list(prompts)
+        if any(isinstance(p, numbers.Integral) for p in prompts):
+            raise ValueError("prompts must be a list of prompts, got a list of ints: wrap one prompt as [prompt]")
+        return prompts
 
     def _params_per_prompt(self, params: object, num_prompts: int) -> list[SamplingParams]:
         if params is None or isinstance(params, SamplingParams):
