@@ -55,8 +55,10 @@ class AttentionMetadata:
               page_size: int, device: str | torch.device = "cpu") -> "AttentionMetadata":
         """Metadata for sequences whose first ``num_computed[i]`` tokens are already cached and
         whose next ``num_new[i]`` tokens are in this batch; ``page_tables[i]`` must cover them all."""
-        positions, slots, cu_seqlens, seq_lens = [], [], [0], []
-        for pages, start, n in zip(page_tables, num_computed, num_new):
+        positions: list[int] = []
+        slots: list[int] = []
+        cu_seqlens, seq_lens = [0], []
+        for pages, start, n in zip(page_tables, num_computed, num_new, strict=True):
             end = start + n
             if n < 1:
                 raise ValueError(f"every sequence in a batch needs at least one new token, got {n}")

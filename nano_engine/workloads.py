@@ -44,6 +44,7 @@ import random
 from collections.abc import Sequence
 from typing import TypeGuard
 
+from nano_engine.paged import ceil_div
 from nano_engine.prefix_cache import PrefixCachingBlockPool
 from nano_engine.radix import RadixCache
 
@@ -201,7 +202,7 @@ def hit_rate(workload: Sequence[Sequence[int]], method: Method, capacity: int | 
         raise ValueError("hit_rate: the workload is empty")
     if capacity is None and _is_block_size(method):
         # A pool with a block for every block of every request never has to evict.
-        capacity = method * sum(-(-len(req) // method) for req in workload)
+        capacity = method * sum(ceil_div(len(req), method) for req in workload)
     cache = ReplayCache(method, capacity)
     hits = sum(cache.serve(req) for req in workload)
     return hits / sum(len(req) for req in workload)
@@ -266,7 +267,7 @@ class ReplayCache:
         pool, size = self.pool, self.pool.block_size
         hit = pool.lookup(tokens, max_tokens=len(tokens) - 1)
         pool.touch(hit)
-        used = min(-(-len(tokens) // size), pool.num_blocks)
+        used = min(ceil_div(len(tokens), size), pool.num_blocks)
         fresh = pool.allocate(used - len(hit))
         assert fresh is not None, "every block is back in the free queue between requests"
         table = hit + fresh

@@ -8,10 +8,10 @@ from hypothesis import given, settings, strategies as st
 
 from nano_engine.cache_manager import HashedBlockCacheManager, RadixCacheManager
 from nano_engine.engine import LLMEngine
-from nano_engine.policies import DFSWeight, LongestPrefixMatch
+from nano_engine.policies import FCFS, DFSWeight, LongestPrefixMatch
 from nano_engine.prefix_cache import PrefixCachingBlockPool
 from nano_engine.sampling import SamplingParams
-from nano_engine.scheduler import FCFS, Scheduler
+from nano_engine.scheduler import Scheduler
 from nano_engine.sequence import Sequence
 
 _ids = iter(range(10**9))

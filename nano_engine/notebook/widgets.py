@@ -59,6 +59,7 @@ from nano_engine.notebook.viz import (
     format_tokens,
     short_hash,
 )
+from nano_engine.paged import ceil_div
 from nano_engine.prefix_cache import PrefixCachingBlockPool
 from nano_engine.radix import RadixCache
 
@@ -522,7 +523,7 @@ class _PoolRun:
         return Step(kind, i, f"r{i}: {text}", tuple(self.events[first:]))
 
     def blocks_needed(self, i: int) -> int:
-        return -(-len(self.requests[i]) // self.pool.block_size)
+        return ceil_div(len(self.requests[i]), self.pool.block_size)
 
     def _start(self, i: int) -> Iterator[Step]:
         pool, tokens = self.pool, self.requests[i]
@@ -618,7 +619,7 @@ class BlockPoolStepper(_Stepper):
         self.pool_kwargs = pool_kwargs
         PrefixCachingBlockPool(num_blocks, block_size, **pool_kwargs)  # checks the sizes first
         for i, tokens in enumerate(self.requests):
-            need = -(-len(tokens) // block_size)
+            need = ceil_div(len(tokens), block_size)
             if need > num_blocks:
                 raise ValueError(f"request {i} needs {need} blocks of {block_size} tokens; the pool has {num_blocks}")
         super().__init__()
