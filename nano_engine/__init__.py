@@ -31,12 +31,15 @@ one exception, the engine's imports of ``fast/``, happens only when a fast path 
     sampling.py        per-request sampling parameters, and the sampler
     cache_manager.py   one interface between scheduler and KV memory: no cache, hashed blocks, radix
     scheduler.py       which sequences run in the next step, and how many tokens each computes
-    policies.py        cache-aware admission orders (SGLang's longest prefix match, DFS weight)
-    engine.py          LLMEngine: schedule, run the model, sample, free; continuous batching
+    policies.py        admission orders: FCFS, and the cache-aware ones (longest prefix match, DFS weight)
+    engine_config.py   every LLMEngine option checked once, and the one place memory is sized
+    interrupts.py      Ctrl-C held back while a step commits its bookkeeping, delivered right after
+    engine.py          LLMEngine: plan, run the model and sample, postprocess, log; continuous batching
 
   beyond one engine (chapters 04 and 05)
     workloads.py       request streams with shared prefixes, and the hit rate a cache gets on them
     router.py          which of several engine instances serves a request
+    timing.py          the book chapter's reuse experiment timed: cache off vs on, TTFT and wall time
 
   fast/: the GPU fast path (optional; the engine runs without it, and so do the chapters)
     triton_attention.py  Triton kernels: write K/V by slot, attend through page tables

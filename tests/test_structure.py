@@ -13,14 +13,11 @@ import nano_engine
 
 PACKAGE = Path(nano_engine.__file__).resolve().parent
 
-
 def module_name(path: Path) -> str:
     parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
-
 MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
-
 
 def imported_modules(name: str, path: Path) -> set[str]:
     """The package's modules that ``name`` imports (``from pkg import mod`` counts as ``pkg.mod``)."""
@@ -45,7 +42,6 @@ def imported_modules(name: str, path: Path) -> set[str]:
                 found.add(target)
     return found
 
-
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     """One cycle as ``[a, b, ..., a]``, or None: depth-first search, a back edge closes a cycle."""
     state: dict[str, str] = {}                  # "active" while on the stack, then "done"
@@ -68,26 +64,20 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
             return cycle
     return None
 
-
 def test_find_cycle_reports_the_cycle():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": {"b", "c"}, "c": set()}) == ["b", "b"]
-
 
 def test_the_import_graph_is_read():
     graph = {name: imported_modules(name, path) for name, path in MODULES.items()}
     assert "nano_engine.paged" in graph["nano_engine.prefix_cache"]
     assert "nano_engine.fast.triton_attention" in graph["nano_engine.fast.fast_attention"]
 
-
-
-                                       "merges (issue 16); the lead removes this mark after merging")
 def test_no_import_cycle():
     graph = {name: imported_modules(name, path) for name, path in MODULES.items()}
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
-
 
 def test_module_map_names_every_module():
     """``nano_engine/__init__.py``'s docstring is the map a reader starts from: it must stay whole."""
