@@ -14,6 +14,10 @@ The scheduler never touches a block pool or a radix tree directly. It asks a *ca
 ``size_info()``                 free / evictable / protected / capacity, in tokens (slots)
 ``peek(seq)``                   how many tokens ``match`` would reuse, without counting or locking
                                 (for cache-aware admission policies)
+``rollback(seq)``               the step that would have computed ``seq``'s next tokens failed:
+                                forget whatever was registered for tokens past
+                                ``seq.num_computed_tokens`` (a no-op unless a manager registers
+                                blocks before they are computed)
 ==============================  ==================================================================
 
 Implementations:
@@ -27,18 +31,24 @@ Swapping one for another changes no scheduler line (mini-sglang's lesson: the "n
 proves that prefix reuse is a pure performance feature).
 
 All sizes are in pages of ``block_size`` slots (= tokens) underneath; ``size_info`` reports slots.
+Every manager hands out its pages from one :class:`~nano_engine.paged.BlockPool`, ``manager.pool``.
+
+Fault tolerance: every method either does all of its work or, when it raises at its start, none of
+it (``lock`` protects the prefix *before* it writes the sequence's fields, ``allocate`` is all or
+nothing). ``LLMEngine.step`` relies on that to undo a failed step (see its docstring).
 """
 
 from __future__ import annotations
 
 import itertools
 from abc import ABC, abstractmethod
+from collections import Counter
 from dataclasses import dataclass
 
-from nano_engine.paged import BlockPool
+from nano_engine.paged import BlockPool, ceil_div
 from nano_engine.prefix_cache import PrefixCachingBlockPool
 from nano_engine.radix import Node, RadixCache
-from nano_engine.sequence import Sequence
+from nano_engine.sequence import CacheHandle, Sequence
 
 
 @dataclass(frozen=True)
@@ -67,16 +77,22 @@ class PrefixMatch:
 
     blocks: list[int]
     num_tokens: int
-    handle: object = None
+    handle: CacheHandle | None = None
 
 
 class CacheManager(ABC):
-    """The interface the scheduler and the engine use (see the module docstring)."""
+    """The interface the scheduler and the engine use (see the module docstring).
+
+    ``pool`` is the :class:`~nano_engine.paged.BlockPool` every page comes from. By default pages
+    are allocated from it and returned to it as they are; a manager that caches overrides
+    ``_protect`` (take the matched prefix), ``cache`` and ``free``."""
 
     name: str
+    pool: BlockPool
 
-    def __init__(self, num_blocks: int, block_size: int) -> None:
-        self.num_blocks, self.block_size = num_blocks, block_size
+    def __init__(self, pool: BlockPool, block_size: int) -> None:
+        self.pool = pool
+        self.num_blocks, self.block_size = pool.num_blocks, block_size
 
     # -- matching ------------------------------------------------------------------------------
 
@@ -86,30 +102,42 @@ class CacheManager(ABC):
         Why never the whole sequence: the model produces the logits for token ``t + 1`` only while
         computing token ``t``. Even when every prompt token's KV is cached, the last one must go
         through the model again, or there are no logits to sample the first output token from.
-        So the match is looked up on ``token_ids[:-1]``; it is the one place this rule lives.
+        So the match is looked up on ``token_ids[:-1]``; ``reusable_tokens`` is the one place this
+        rule lives (``peek`` follows it too).
         """
-        return self._match(seq, seq.num_tokens - 1)
+        return self._match(seq, self.reusable_tokens(seq))
 
     def peek(self, seq: Sequence) -> int:
         """Tokens ``match(seq)`` would reuse right now, without counting a query or taking a lock."""
-        return 0
+        return self._peek(seq, self.reusable_tokens(seq))
+
+    @staticmethod
+    def reusable_tokens(seq: Sequence) -> int:
+        return seq.num_tokens - 1
 
     @abstractmethod
     def _match(self, seq: Sequence, max_tokens: int) -> PrefixMatch:
         """Longest cached prefix among the first ``max_tokens`` tokens of ``seq.token_ids``."""
 
+    def _peek(self, seq: Sequence, max_tokens: int) -> int:
+        return 0
+
     def lock(self, seq: Sequence, match: PrefixMatch) -> None:
         """Make ``match`` the start of ``seq``'s block table and protect it from eviction."""
         if seq.block_table:
             raise ValueError(f"request {seq.request_id} already holds {len(seq.block_table)} blocks")
+        self._protect(match)        # first: if it raises, seq holds nothing yet
         seq.block_table = list(match.blocks)
         seq.num_computed_tokens = seq.num_cached_tokens = match.num_tokens
         seq.cache_handle = match.handle
 
+    def _protect(self, match: PrefixMatch) -> None:  # noqa: B027 (a hook: empty on purpose)
+        """Keep ``match`` from being evicted while a sequence uses it (nothing to do without caching)."""
+
     # -- memory --------------------------------------------------------------------------------
 
     def blocks_needed(self, num_tokens: int) -> int:
-        return -(-num_tokens // self.block_size)
+        return ceil_div(num_tokens, self.block_size)
 
     def allocate(self, seq: Sequence, num_tokens: int) -> bool:
         """Grow ``seq.block_table`` to hold ``num_tokens`` tokens; False (and no change) if memory
@@ -123,16 +151,26 @@ class CacheManager(ABC):
         seq.block_table.extend(blocks)
         return True
 
-    @abstractmethod
     def _allocate(self, n: int) -> list[int] | None:
         """``n`` fresh blocks (evicting if needed), or None and no change."""
+        return self.pool.allocate(n)
 
-    def cache(self, seq: Sequence, num_new_tokens: int) -> None:
-        """Called after every forward that computed ``num_new_tokens`` of ``seq``."""
+    def cache(self, seq: Sequence, num_new_tokens: int) -> None:  # noqa: B027 (a hook: empty on purpose)
+        """Called after every step that computed ``num_new_tokens`` of ``seq`` (and sampled
+        successfully): make the new KV reusable by others."""
 
-    @abstractmethod
+    def rollback(self, seq: Sequence) -> None:  # noqa: B027 (a hook: empty on purpose)
+        """Forget what this manager registered for ``seq``'s tokens past ``seq.num_computed_tokens``,
+        because the step that would have computed them failed (their KV may be garbage).
+
+        A no-op here: these managers register KV only in ``cache``, after the step succeeded. A
+        manager that registers blocks when it allocates them (vLLM hashes a request's full blocks
+        as soon as their tokens are known) must drop those registrations."""
+
     def free(self, seq: Sequence) -> None:
         """Release everything ``seq`` holds (on finish, on preemption, or when admission fails)."""
+        self.pool.free(seq.block_table)
+        self._release(seq)
 
     @abstractmethod
     def size_info(self) -> SizeInfo:
@@ -161,18 +199,10 @@ class NaiveCacheManager(CacheManager):
     name = "none"
 
     def __init__(self, num_blocks: int, block_size: int, pool: BlockPool | None = None) -> None:
-        self.pool = pool if pool is not None else BlockPool(num_blocks)
-        super().__init__(self.pool.num_blocks, block_size)
+        super().__init__(pool if pool is not None else BlockPool(num_blocks), block_size)
 
     def _match(self, seq: Sequence, max_tokens: int) -> PrefixMatch:
         return PrefixMatch([], 0)
-
-    def _allocate(self, n: int) -> list[int] | None:
-        return self.pool.allocate(n)
-
-    def free(self, seq: Sequence) -> None:
-        self.pool.free(seq.block_table)
-        self._release(seq)
 
     def size_info(self) -> SizeInfo:
         free = self.pool.num_free * self.block_size
@@ -189,7 +219,8 @@ class HashedBlockCacheManager(CacheManager):
     """vLLM's prefix caching on a :class:`~nano_engine.prefix_cache.PrefixCachingBlockPool`.
 
     * ``match``: ``pool.lookup(token_ids, max_tokens=num_tokens - 1, lora_id=..., cache_salt=...)``,
-      which counts ``num_queries`` / ``num_hits`` exactly like ``lookup(prompt[:-1])``;
+      which counts ``num_queries`` / ``num_hits`` exactly like ``lookup(prompt[:-1])``; ``peek`` is
+      the same walk through ``pool.peek``, uncounted;
     * ``lock``: ``touch`` the hit blocks (a reference each; ref-0 ones leave the free queue);
     * ``allocate``: from the free queue's head, evicting whatever cached block is taken;
     * ``cache``: ``cache_blocks`` after every forward, so blocks filled during chunked prefill *and*
@@ -198,35 +229,26 @@ class HashedBlockCacheManager(CacheManager):
     """
 
     name = "hashed"
+    pool: PrefixCachingBlockPool
 
     def __init__(self, pool: PrefixCachingBlockPool) -> None:
-        self.pool = pool
-        super().__init__(pool.num_blocks, pool.block_size)
+        super().__init__(pool, pool.block_size)
 
     def _match(self, seq: Sequence, max_tokens: int) -> PrefixMatch:
         blocks = self.pool.lookup(seq.token_ids, max_tokens=max_tokens, **seq.extra_keys)
         return PrefixMatch(blocks, len(blocks) * self.block_size)
 
-    def peek(self, seq: Sequence) -> int:
-        # The same guarded walk as lookup, but neither counted in the hit statistics nor touching.
-        blocks = self.pool.peek(seq.token_ids, max_tokens=seq.num_tokens - 1, **seq.extra_keys)
+    def _peek(self, seq: Sequence, max_tokens: int) -> int:
+        blocks = self.pool.peek(seq.token_ids, max_tokens=max_tokens, **seq.extra_keys)
         return len(blocks) * self.block_size
 
-    def lock(self, seq: Sequence, match: PrefixMatch) -> None:
-        super().lock(seq, match)
+    def _protect(self, match: PrefixMatch) -> None:
         self.pool.touch(match.blocks)
-
-    def _allocate(self, n: int) -> list[int] | None:
-        return self.pool.allocate(n)
 
     def cache(self, seq: Sequence, num_new_tokens: int) -> None:
         full_before = (seq.num_computed_tokens - num_new_tokens) // self.block_size
         if seq.num_computed_tokens // self.block_size > full_before:    # this forward filled a block
             self.pool.cache_blocks(seq.token_ids, seq.block_table, seq.num_computed_tokens, **seq.extra_keys)
-
-    def free(self, seq: Sequence) -> None:
-        self.pool.free(seq.block_table)
-        self._release(seq)
 
     def size_info(self) -> SizeInfo:
         bs = self.block_size
@@ -247,7 +269,7 @@ class HashedBlockCacheManager(CacheManager):
 
 
 @dataclass
-class RadixHandle:
+class RadixHandle(CacheHandle):
     """What a sequence holds in the tree: the node its locked prefix ends on, the prefix length,
     and the namespace (tree) it lives in."""
 
@@ -259,8 +281,8 @@ class RadixHandle:
 class RadixCacheManager(CacheManager):
     """SGLang's prefix caching: a :class:`~nano_engine.radix.RadixCache` of KV slots over pages.
 
-    Pages come from a ``BlockPool``. A page belongs either to one running request (its private
-    pages) or to the tree (cached prefixes: protected while some request's lock covers them,
+    Pages come from a ``BlockPool`` (``pool``). A page belongs either to one running request (its
+    private pages) or to the tree (cached prefixes: protected while some request's lock covers them,
     evictable otherwise). The tree works at page granularity (``RadixCache(page_size=block_size)``),
     so everything it stores or evicts is whole pages.
 
@@ -278,17 +300,19 @@ class RadixCacheManager(CacheManager):
       unlock, and free the unaligned tail page(s). A preempted request does the same, so when it is
       readmitted it finds its own prefix again unless memory pressure evicted it meanwhile.
 
-    Requests with extra keys (``lora_id``, ``cache_salt``) get a tree of their own, so they never
-    share KV across adapters or tenants. Eviction then visits the trees least recently used first.
+    Requests with extra keys (``lora_id``, ``cache_salt``) get a tree of their own (a *namespace*),
+    so they never share KV across adapters or tenants. Eviction then visits the trees least
+    recently used first, and a tree left empty with no request in it is dropped: a server that
+    sees thousands of salts keeps only the trees that still hold something.
     """
 
     name = "radix"
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
-        super().__init__(num_blocks, block_size)
-        self.allocator = BlockPool(num_blocks)
+        super().__init__(BlockPool(num_blocks), block_size)
         self.trees: dict[tuple, RadixCache] = {}
         self._last_used: dict[tuple, int] = {}
+        self._users: Counter[tuple] = Counter()    # running requests locked in each namespace
         self._clock = itertools.count()
         self.num_queries = self.num_hits = 0
 
@@ -303,10 +327,22 @@ class RadixCacheManager(CacheManager):
         self._last_used[namespace] = next(self._clock)
         return self.trees[namespace]
 
+    def _drop_if_unused(self, namespace: tuple) -> None:
+        """Forget an empty tree nobody is locked in (the default namespace stays)."""
+        tree = self.trees.get(namespace)
+        if namespace and tree is not None and tree.total_size() == 0 and not self._users[namespace]:
+            del self.trees[namespace], self._last_used[namespace], self._users[namespace]
+
     @staticmethod
     def _namespace(seq: Sequence) -> tuple:
         keys = seq.extra_keys
         return () if all(v is None for v in keys.values()) else tuple(sorted(keys.items()))
+
+    @staticmethod
+    def _handle(seq: Sequence) -> RadixHandle:
+        if not isinstance(seq.cache_handle, RadixHandle):
+            raise ValueError(f"request {seq.request_id} holds no radix prefix (was it admitted?)")
+        return seq.cache_handle
 
     def _slots(self, pages: list[int], num_tokens: int) -> list[int]:
         bs = self.block_size
@@ -320,30 +356,32 @@ class RadixCacheManager(CacheManager):
         pages = [s // self.block_size for s in slots[::self.block_size]]
         return PrefixMatch(pages, len(slots), RadixHandle(node, len(slots), namespace))
 
-    def peek(self, seq: Sequence) -> int:
+    def _peek(self, seq: Sequence, max_tokens: int) -> int:
         tree = self.trees.get(self._namespace(seq))
         # match_length, not match_prefix: peeking must not split nodes or refresh their LRU time
-        return 0 if tree is None else tree.match_length(seq.token_ids[:seq.num_tokens - 1])
+        return 0 if tree is None else tree.match_length(seq.token_ids[:max_tokens])
 
-    def lock(self, seq: Sequence, match: PrefixMatch) -> None:
-        super().lock(seq, match)
-        self.trees[match.handle.namespace].inc_lock_ref(match.handle.node)
+    def _protect(self, match: PrefixMatch) -> None:
+        assert isinstance(match.handle, RadixHandle)
+        self._tree(match.handle.namespace).inc_lock_ref(match.handle.node)
+        self._users[match.handle.namespace] += 1
 
     def _allocate(self, n: int) -> list[int] | None:
-        short = n - self.allocator.num_free
+        short = n - self.pool.num_free
         if short > 0:
-            for namespace in sorted(self.trees, key=self._last_used.get):
+            for namespace in sorted(self.trees, key=self._last_used.__getitem__):
                 slots = self.trees[namespace].evict(short * self.block_size)
-                self.allocator.free(sorted({s // self.block_size for s in slots}))
-                short = n - self.allocator.num_free
+                self.pool.free(sorted({s // self.block_size for s in slots}))
+                self._drop_if_unused(namespace)
+                short = n - self.pool.num_free
                 if short <= 0:
                     break
-        return self.allocator.allocate(n)
+        return self.pool.allocate(n)
 
     def _insert(self, seq: Sequence) -> int:
         """Put the page-aligned computed prefix of ``seq`` in its tree, free the pages it
         duplicates, and return the number of tokens now in the tree."""
-        handle: RadixHandle = seq.cache_handle
+        handle = self._handle(seq)
         bs = self.block_size
         aligned = seq.num_computed_tokens // bs * bs
         if aligned <= handle.num_tokens:
@@ -353,13 +391,13 @@ class RadixCacheManager(CacheManager):
         # [0, handle.num_tokens) are the tree's own pages (our match); [handle.num_tokens, already)
         # we computed again, but the tree holds another copy (someone inserted it meanwhile).
         duplicates = seq.block_table[handle.num_tokens // bs:already // bs]
-        self.allocator.free(duplicates)
+        self.pool.free(duplicates)
         return aligned
 
     def cache(self, seq: Sequence, num_new_tokens: int) -> None:
         if num_new_tokens == 1 and seq.num_remaining == 0:    # a decode step: insert at the end
             return
-        handle: RadixHandle = seq.cache_handle
+        handle = self._handle(seq)
         aligned = self._insert(seq)
         if aligned == handle.num_tokens:
             return
@@ -371,15 +409,17 @@ class RadixCacheManager(CacheManager):
         seq.cache_handle = RadixHandle(node, aligned, handle.namespace)
 
     def free(self, seq: Sequence) -> None:
-        handle: RadixHandle = seq.cache_handle
+        handle = self._handle(seq)
         aligned = self._insert(seq)
         self.trees[handle.namespace].dec_lock_ref(handle.node)
-        self.allocator.free(seq.block_table[aligned // self.block_size:])   # the unaligned tail
+        self.pool.free(seq.block_table[aligned // self.block_size:])   # the unaligned tail
         self._release(seq)
+        self._users[handle.namespace] -= 1
+        self._drop_if_unused(handle.namespace)
 
     def size_info(self) -> SizeInfo:
         capacity = self.num_blocks * self.block_size
-        free = self.allocator.num_free * self.block_size
+        free = self.pool.num_free * self.block_size
         evictable = sum(t.evictable_size for t in self.trees.values())
         return SizeInfo(free, evictable, capacity - free - evictable, capacity)
 
@@ -391,7 +431,8 @@ class RadixCacheManager(CacheManager):
             assert tree.protected_size == 0, f"{tree.protected_size} tokens still locked in the radix tree"
             for node in tree.nodes():
                 tree_pages += [s // bs for s in node.value[::bs]]
-        held = [b for b, c in enumerate(self.allocator.ref_cnt) if c]
+        assert not +self._users, f"requests still counted in radix namespaces: {dict(+self._users)}"
+        held = [b for b, c in enumerate(self.pool.ref_cnt) if c]
         assert sorted(tree_pages) == held, (
             f"pages held outside the tree: {sorted(set(held) - set(tree_pages))}; "
             f"tree pages not held: {sorted(set(tree_pages) - set(held))}")

@@ -334,7 +334,7 @@ class LLMEngine:
     @property
     def pool(self) -> BlockPool:
         """The block pool behind the cache manager (the radix manager's page allocator)."""
-        return getattr(self.cache, "pool", None) or self.cache.allocator
+        return self.cache.pool
 
     def check_no_leaks(self) -> None:
         """Raise AssertionError unless every request is done and no block is held outside the cache."""

@@ -29,6 +29,15 @@ from collections import Counter, deque
 from collections.abc import Sequence
 
 
+def ceil_div(a: int, b: int) -> int:
+    """``a / b`` rounded up, in integers: the blocks that ``a`` tokens need at ``b`` tokens a block.
+
+    >>> ceil_div(33, 16), ceil_div(32, 16), ceil_div(0, 16)
+    (3, 2, 0)
+    """
+    return -(-a // b)
+
+
 class BlockPool:
     """A fixed set of ``num_blocks`` KV blocks with reference counts.
 

@@ -24,6 +24,13 @@ import torch
 from nano_engine.sampling import SamplingParams
 
 
+class CacheHandle:
+    """What a cache manager keeps on a sequence to find the prefix it locked for it again.
+
+    The base class holds nothing (the block pools need nothing beyond the block table); the radix
+    manager subclasses it (``cache_manager.RadixHandle``: the tree node the locked prefix ends on)."""
+
+
 class Status(enum.Enum):
     WAITING = "waiting"     # queued (new, or preempted and waiting to be recomputed)
     RUNNING = "running"     # admitted: holds KV blocks and is scheduled every step it can be
@@ -49,7 +56,7 @@ class Metrics:
     @property
     def decode_tokens_per_s(self) -> float | None:
         """Generated tokens after the first, per second of decoding (None with fewer than 2)."""
-        if self.finish_time is None or self.num_output_tokens < 2:
+        if self.finish_time is None or self.first_token_time is None or self.num_output_tokens < 2:
             return None
         elapsed = self.finish_time - self.first_token_time
         return (self.num_output_tokens - 1) / elapsed if elapsed > 0 else float("inf")
@@ -65,7 +72,7 @@ class Sequence:
     token_ids: list[int] = field(init=False)
     num_computed_tokens: int = 0
     block_table: list[int] = field(default_factory=list)   # page ids, position t in block_table[t // page_size]
-    cache_handle: object = None       # what the cache manager needs to unlock this sequence's prefix
+    cache_handle: CacheHandle | None = None   # what the cache manager needs to unlock this sequence's prefix
     num_cached_tokens: int = 0        # tokens of the current admission served by the prefix cache
     status: Status = Status.WAITING
     finish_reason: str | None = None  # "stop" (eos or a stop token) or "length"

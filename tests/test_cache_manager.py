@@ -205,7 +205,7 @@ def test_radix_evicts_before_failing_and_frees_whole_pages():
     assert set(seq.block_table[:shared]) <= pages_in_tree and cache.tree.protected_size == shared * 4
     private = set(seq.block_table[shared:])
     assert not pages_in_tree & private, "a running request got a page the tree still holds"
-    assert not set(cache.allocator.free_queue) & (pages_in_tree | private)
+    assert not set(cache.pool.free_queue) & (pages_in_tree | private)
     h.drain()
 
 
@@ -242,7 +242,7 @@ def test_radix_finished_duplicates_and_tail_are_freed():
     assert a.block_table[:2] == b.block_table[:2]
     h.drain()
     assert cache.tree.total_size() == 8           # 10 computed tokens -> 2 whole pages (one copy)
-    assert cache.allocator.num_free == 16 - 2
+    assert cache.pool.num_free == 16 - 2
 
 
 def test_radix_chunked_prefill_is_shared_while_running():
@@ -319,3 +319,55 @@ def test_tenants_never_share_kv(make_engine, tiny_model, kind, key):
     assert cached(prompts[1], "b") == 0, "tenant b hit tenant a's KV"
     assert cached(prompts[2], "a") == 64       # the same tenant still hits the shared system prompt
     assert cached(prompts[3], "b") == 64
+
+
+@pytest.mark.parametrize("kind", ["none", "hashed", "radix"])
+def test_every_manager_has_a_pool_and_a_no_op_rollback(kind):
+    cache = make_manager(kind, 8, 4)
+    assert cache.pool.num_blocks == 8
+    seq = Sequence(0, list(range(10)), SamplingParams())
+    cache.lock(seq, cache.match(seq))
+    assert cache.allocate(seq, 10)
+    before = (list(seq.block_table), seq.num_computed_tokens, cache.size_info())
+    cache.rollback(seq)
+    assert (seq.block_table, seq.num_computed_tokens, cache.size_info()) == before
+    cache.free(seq)
+    cache.check_no_leaks()
+
+
+@pytest.mark.parametrize("kind", ["hashed", "radix"])
+def test_lock_that_raises_leaves_the_sequence_holding_nothing(kind, monkeypatch):
+    cache = make_manager(kind, 8, 4)
+    first = Sequence(0, list(range(9)), SamplingParams())
+    cache.lock(first, cache.match(first))
+    assert cache.allocate(first, 9)
+    first.num_computed_tokens = 9
+    cache.cache(first, 9)
+    cache.free(first)                         # its first two pages are cached now
+    seq = Sequence(1, list(range(9)), SamplingParams())
+    match = cache.match(seq)
+    assert match.num_tokens == 8
+
+    def fail(match):
+        raise RuntimeError("injected")
+    monkeypatch.setattr(cache, "_protect", fail)
+    with pytest.raises(RuntimeError):
+        cache.lock(seq, match)
+    assert (seq.block_table, seq.num_computed_tokens, seq.cache_handle) == ([], 0, None)
+    cache.check_no_leaks()
+
+
+def test_radix_drops_empty_namespaces():
+    """One tree per salt: once a salt's pages are evicted and nobody runs under it, the tree goes,
+    so a server that saw thousands of salts does not walk thousands of empty trees."""
+    cache = RadixCacheManager(4, 4)
+    for salt in range(20):
+        seq = Sequence(salt, list(range(8)), SamplingParams(cache_salt=salt))
+        cache.lock(seq, cache.match(seq))
+        assert cache.allocate(seq, 8)
+        seq.num_computed_tokens = 8
+        cache.free(seq)                        # its 2 pages stay cached in its namespace
+        assert len(cache.trees) <= 3, sorted(cache.trees)   # the default tree + at most 2 salts
+    cache.check_no_leaks()
+    salted = [ns for ns in cache.trees if ns]
+    assert salted and all(cache.trees[ns].total_size() for ns in salted)
