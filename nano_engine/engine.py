@@ -67,7 +67,8 @@ class LLMEngine:
       ``kv_bytes`` of KV);
     * ``pool=PrefixCachingBlockPool(num_blocks, block_size)``: vLLM-style hashed prefix caching on
       that pool (its size and block size win); a plain ``BlockPool`` means no caching;
-    * ``cache="none" | "hashed" | "radix"`` builds that manager with ``num_blocks``/``block_size``;
+    * ``cache="none" | "hashed" | "vllm" | "radix"`` builds that manager with ``num_blocks``/``block_size``
+      (``"vllm"``: ``"hashed"`` with ``PrefixCachingBlockPool(..., vllm=True)``);
       ``cache=<CacheManager>`` uses the given one.
 
     Scheduling: ``max_num_batched_tokens`` tokens per step at most (None: unlimited),
@@ -145,11 +146,11 @@ class LLMEngine:
             raise ValueError("pass either num_blocks or kv_bytes, not both")
         if cache in (None, "none"):
             return NaiveCacheManager(num_blocks, block_size)
-        if cache == "hashed":
-            return HashedBlockCacheManager(PrefixCachingBlockPool(num_blocks, block_size))
+        if cache in ("hashed", "vllm"):     # "vllm": vLLM v1's pool, blocks registered at allocation
+            return HashedBlockCacheManager(PrefixCachingBlockPool(num_blocks, block_size, vllm=cache == "vllm"))
         if cache == "radix":
             return RadixCacheManager(num_blocks, block_size)
-        raise ValueError(f"cache must be 'none', 'hashed', 'radix' or a CacheManager, got {cache!r}")
+        raise ValueError(f"cache must be 'none', 'hashed', 'vllm', 'radix' or a CacheManager, got {cache!r}")
 
     # -- requests --------------------------------------------------------------------------------
 

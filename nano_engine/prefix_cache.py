@@ -490,6 +490,24 @@ class PrefixCachingBlockPool(BlockPool):
         """Blocks held by at least one pin."""
         return {b for pins in self._pins.values() for blocks in pins for b in blocks}
 
+    def forget(self, blocks: Sequence[int]) -> None:
+        """Uncache ``blocks`` (a ``BlockRemoved`` for their hashes); they stay allocated to their owner.
+
+        For registrations made ahead of the forward (vLLM mode registers at allocation) when the
+        step then fails: the K/V those hashes promise was never written. A block another request
+        hit in that same step must be rolled back with that request (the engine's job).
+        """
+        for b in blocks:
+            self._check_block_id(b)
+        removed = []
+        for b in blocks:
+            h = self.block_hash[b]
+            if h is not None:
+                removed.append(h)
+                self._uncache(b)
+        if removed:
+            self._emit(BlockRemoved(removed))
+
     def reset(self) -> bool:
         """Drop every cached hash (``AllBlocksCleared``) if no block is in use; return whether it did.
 

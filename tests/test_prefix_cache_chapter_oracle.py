@@ -95,10 +95,11 @@ def same_state(ours: PrefixCachingBlockPool, chapter: ChapterPool) -> None:
     ours.check_invariants()
 
 
-OPS = ("admit", "admit", "compute", "compute", "decode", "finish", "scratch", "probe", "hashes")
+OPS = ("admit", "admit", "admit_together", "compute", "compute", "compute", "decode", "finish", "scratch", "probe",
+       "hashes")
 # One operation: its kind, three small choices (which request, how many tokens, a cut) and tokens.
 operation = st.tuples(st.integers(0, len(OPS) - 1), st.integers(0, 7), st.integers(0, 7), st.integers(0, 9),
-                      st.lists(st.integers(0, 2), min_size=1, max_size=9))
+                      st.lists(st.integers(0, 1), min_size=1, max_size=9))  # two token values: many shared prefixes
 
 
 def run_operations(operations) -> None:
@@ -117,18 +118,23 @@ def run_operations(operations) -> None:
             return (old[:cut % (len(old) + 1)] + tokens[:cut % 5]) or [0]
         return tokens
 
+    def admit(tokens):
+        hit = both("lookup", tokens[:-1])  # the engine never matches the last prompt token
+        both("touch", hit)
+        new = both("allocate", -(-len(tokens) // BLOCK_SIZE) - len(hit))
+        if new is None:
+            both("free", hit)
+        else:
+            requests.append({"tokens": tokens, "blocks": hit + new, "computed": len(hit) * BLOCK_SIZE})
+
     for kind, pick, amount, cut, tokens in operations:
         op = OPS[kind]
-        if op == "admit":
+        if op in ("admit", "admit_together"):
             tokens = prompt(pick, cut, tokens)
             seen.append(tokens)
-            hit = both("lookup", tokens[:-1])  # the engine never matches the last prompt token
-            both("touch", hit)
-            new = both("allocate", -(-len(tokens) // BLOCK_SIZE) - len(hit))
-            if new is None:
-                both("free", hit)
-            else:
-                requests.append({"tokens": tokens, "blocks": hit + new, "computed": len(hit) * BLOCK_SIZE})
+            admit(tokens)
+            if op == "admit_together":  # a second request sharing a prefix, admitted before either computes
+                admit(tokens[:1 + amount % len(tokens)] + tokens[:cut % 3])
         elif op == "compute" and requests:
             req = requests[pick % len(requests)]
             req["computed"] = min(len(req["tokens"]), req["computed"] + 1 + amount % 5)
@@ -144,8 +150,8 @@ def run_operations(operations) -> None:
                 req["tokens"] = req["tokens"] + [amount % 3]
         elif op == "finish" and requests:
             both("free", requests.pop(pick % len(requests))["blocks"])
-        elif op == "scratch":  # blocks that never cache anything, returned at once
-            blocks = both("allocate", amount % 4)
+        elif op == "scratch":  # memory pressure: blocks that never cache anything, returned at once
+            blocks = both("allocate", (amount + cut) % (NUM_BLOCKS + 1))
             if blocks is not None:
                 both("free", blocks)
         elif op == "probe":
@@ -159,7 +165,7 @@ def run_operations(operations) -> None:
 
 
 @settings(max_examples=NUM_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(operations=st.lists(operation, max_size=40))
+@given(operations=st.lists(operation, min_size=20, max_size=60))
 def test_default_pool_is_the_chapters_pool(operations):
     run_operations(operations)
 
