@@ -268,9 +268,23 @@ class HashedBlockCacheManager(CacheManager):
             self.pool.cache_blocks(seq.token_ids, seq.block_table, seq.num_computed_tokens, **seq.extra_keys)
 
     def rollback(self, seq: Sequence) -> None:
-        """vLLM mode: uncache ``seq``'s blocks past its computed tokens (their K/V was never written)."""
-        if self.pool.vllm:
-            self.pool.forget(seq.block_table[seq.num_computed_tokens // self.block_size:])
+        """vLLM mode: uncache ``seq``'s blocks past its computed tokens (their K/V was never written).
+
+        A request admitted in the failed step may count as computed a block that an earlier
+        sequence of the same step registered and has just forgotten (rollbacks run in batch order,
+        and a block is always registered before anyone can hit it). Its K/V was never written
+        either, so that request goes back to recompute from that block on: it still holds the
+        block, and writing the same tokens there again writes the same K/V.
+        """
+        if not self.pool.vllm:
+            return
+        bs = self.block_size
+        for i, b in enumerate(seq.block_table[:seq.num_computed_tokens // bs]):
+            if self.pool.block_hash[b] is None:
+                seq.num_computed_tokens = i * bs
+                seq.num_cached_tokens = min(seq.num_cached_tokens, i * bs)
+                break
+        self.pool.forget(seq.block_table[seq.num_computed_tokens // bs:])
 
     def size_info(self) -> SizeInfo:
         bs = self.block_size

@@ -108,6 +108,28 @@ def test_rollback_forgets_what_the_failed_step_registered():
     manager.pool.check_invariants()
 
 
+def test_rollback_of_a_request_that_hit_the_failed_steps_registrations():
+    """B was admitted in the failed step and hit blocks A registered in it: once A forgets them,
+    B's rollback must give up those hits (their K/V was never written) and recompute them."""
+    manager = HashedBlockCacheManager(PrefixCachingBlockPool(8, 4, vllm=True))
+    a = Sequence(0, list(range(10)), SamplingParams(max_tokens=1))
+    b = Sequence(1, list(range(9)) + [99], SamplingParams(max_tokens=1))
+    manager.lock(a, manager.match(a))
+    assert manager.allocate(a, 10)
+    manager.lock(b, manager.match(b))  # same step: hits A's two registered blocks
+    assert b.num_computed_tokens == 8 and b.block_table == a.block_table[:2]
+    assert manager.allocate(b, 10)
+    for seq in (a, b):  # the engine rolls back the step's sequences in batch order
+        manager.rollback(seq)
+    assert b.num_computed_tokens == 0 and b.num_cached_tokens == 0
+    assert all(manager.pool.block_hash[x] is None for x in a.block_table + b.block_table)
+    assert manager.allocate(a, 10) and manager.allocate(b, 10)  # the step again: registered again
+    assert [manager.pool.block_hash[x] is not None for x in b.block_table] == [True, True, False]
+    manager.free(a)
+    manager.free(b)
+    manager.pool.check_invariants()
+
+
 def test_rollback_is_a_no_op_in_the_default_mode():
     manager = HashedBlockCacheManager(PrefixCachingBlockPool(8, 4))
     seq = Sequence(0, list(range(10)), SamplingParams(max_tokens=1))
