@@ -56,7 +56,7 @@ class AttentionMetadata:
         """Metadata for sequences whose first ``num_computed[i]`` tokens are already cached and
         whose next ``num_new[i]`` tokens are in this batch; ``page_tables[i]`` must cover them all."""
         positions, slots, cu_seqlens, seq_lens = [], [], [0], []
-        for pages, start, n in zip(page_tables, num_computed, num_new):
+        for pages, start, n in zip(page_tables, num_computed, num_new, strict=True):
             end = start + n
             if n < 1:
                 raise ValueError(f"every sequence in a batch needs at least one new token, got {n}")

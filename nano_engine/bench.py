@@ -42,6 +42,8 @@ from pathlib import Path
 
 import torch
 
+from nano_engine.paged import ceil_div
+
 ENGINE_CONFIGS = {   # name -> LLMEngine keyword arguments
     "torch": dict(attention="torch"),
     "triton": dict(attention="triton"),
@@ -196,7 +198,7 @@ def run_engine(model, workload: Workload, config: str = "torch", *, cache: str =
     if gpu_memory_utilization is not None:
         kwargs["gpu_memory_utilization"] = gpu_memory_utilization
     else:
-        kwargs["num_blocks"] = 16 + sum(-(-(len(p) + o) // block_size)
+        kwargs["num_blocks"] = 16 + sum(ceil_div(len(p) + o, block_size)
                                         for p, o in zip(workload.prompts, workload.output_lens))
     build_start = time.perf_counter()
     engine = LLMEngine(model, cache=cache, block_size=block_size, max_num_batched_tokens=max_num_batched_tokens,

@@ -28,9 +28,8 @@ at a time, so their intermediate tensors can live in the same memory.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -38,9 +37,7 @@ from nano_engine.attention import AttentionMetadata, device_tensor
 from nano_engine.fast_attention import PAGE_TABLE_ALIGN, TritonPagedAttention
 from nano_engine.kv_cache import KVCache
 from nano_engine.model import Transformer
-
-if TYPE_CHECKING:
-    from nano_engine.engine import LLMEngine
+from nano_engine.paged import ceil_div
 
 
 def graph_batch_sizes(max_num_seqs: int) -> list[int]:
@@ -82,27 +79,27 @@ class DecodeBatch:
         return self.page_table.shape[0]
 
 
-def pack_decode_batch(input_ids: Sequence[int], block_tables: Sequence[Sequence[int]],
+def pack_decode_batch(input_ids: Sequence[int], page_tables: Sequence[Sequence[int]],
                       num_computed: Sequence[int], page_size: int, batch_size: int,
                       pin_memory: bool = False) -> DecodeBatch:
     """Host tensors for a decode step: sequence ``i`` feeds token ``input_ids[i]`` at position
-    ``num_computed[i]`` (the tokens before it are cached), through pages ``block_tables[i]``.
+    ``num_computed[i]`` (the tokens before it are cached), through pages ``page_tables[i]``.
 
     ``pin_memory=True`` allocates page-locked memory, which a ``copy_(non_blocking=True)`` to the
     GPU can read without the CPU waiting."""
     n = len(input_ids)
-    if not 1 <= n <= batch_size or len(block_tables) != n or len(num_computed) != n:
-        raise ValueError(f"a decode batch needs 1..{batch_size} sequences with one token, one block table and "
-                         f"one position each; got {n} tokens, {len(block_tables)} tables, {len(num_computed)} positions")
+    if not 1 <= n <= batch_size or len(page_tables) != n or len(num_computed) != n:
+        raise ValueError(f"a decode batch needs 1..{batch_size} sequences with one token, one page table and "
+                         f"one position each; got {n} tokens, {len(page_tables)} tables, {len(num_computed)} positions")
     slots, seq_lens = [], []
-    for pages, pos in zip(block_tables, num_computed):
+    for pages, pos in zip(page_tables, num_computed, strict=True):
         if len(pages) * page_size <= pos:
-            raise ValueError(f"a block table of {len(pages)} pages x {page_size} slots has no slot for position {pos}")
+            raise ValueError(f"a page table of {len(pages)} pages x {page_size} slots has no slot for position {pos}")
         slots.append(pages[pos // page_size] * page_size + pos % page_size)
         seq_lens.append(pos + 1)
     pad = batch_size - n
-    width = max(len(pages) for pages in block_tables)
-    table = [list(pages) + [0] * (width - len(pages)) for pages in block_tables]
+    width = max(len(pages) for pages in page_tables)
+    table = [list(pages) + [0] * (width - len(pages)) for pages in page_tables]
 
     def host(values, dtype):
         return torch.tensor(values, dtype=dtype, pin_memory=pin_memory)
@@ -118,15 +115,20 @@ class DecodeGraphRunner:
     """Decode forwards of ``model`` through ``kv_cache``, replayed from CUDA graphs.
 
     ``max_pages``: the most pages one sequence can hold (the width of the static page table).
+    ``attention``: the engine's attention-context constructor, checked to be the Triton one (the
+    only one a graph can replay). The runner sees plain arguments only, never the engine.
     ``capture=False`` runs the very same static-buffer forward eagerly instead of replaying a graph:
     it works on any device the Triton kernels run on (the CPU interpreter included), which is how the
     padding and buffer logic is tested without a GPU, and how a suspected capture bug is bisected.
 
-    ``can_run(num_new_tokens, block_tables)`` says whether a step qualifies; ``forward(...)`` runs it.
+    ``can_run(num_new_tokens, page_tables)`` says whether a step qualifies; ``forward(...)`` runs it.
     """
 
     def __init__(self, model: Transformer, kv_cache: KVCache, max_num_seqs: int, max_pages: int,
-                 *, capture: bool = True) -> None:
+                 *, capture: bool = True, attention: Callable = TritonPagedAttention) -> None:
+        if attention is not TritonPagedAttention:
+            raise ValueError("cuda_graphs=True needs attention='triton' (or 'auto' on CUDA): the PyTorch reference "
+                             "attention sizes its tensors from lengths on the host, which a graph cannot replay")
         device = model.device
         if capture and device.type != "cuda":
             raise ValueError(f"CUDA graphs need a model on a CUDA device, got {device}")
@@ -136,7 +138,7 @@ class DecodeGraphRunner:
         self.page_size = kv_cache.page_size
         self.capture = capture
         self.sizes = graph_batch_sizes(max_num_seqs)
-        self.max_pages = -(-max_pages // PAGE_TABLE_ALIGN) * PAGE_TABLE_ALIGN   # TritonPagedAttention pads otherwise
+        self.max_pages = ceil_div(max_pages, PAGE_TABLE_ALIGN) * PAGE_TABLE_ALIGN   # TritonPagedAttention pads otherwise
         max_bs = self.sizes[-1]
         zeros = lambda *shape, dtype: torch.zeros(*shape, dtype=dtype, device=device)  # noqa: E731
         self.input_ids = zeros(max_bs, dtype=torch.long)
@@ -149,18 +151,6 @@ class DecodeGraphRunner:
         self.outputs: dict[int, torch.Tensor] = {}
         if capture:
             self._capture_all()
-
-    @classmethod
-    def for_engine(cls, engine: "LLMEngine") -> "DecodeGraphRunner":
-        """The runner ``LLMEngine(..., cuda_graphs=True)`` uses: its model, KV cache and
-        ``max_num_seqs``; the static page table as wide as the longest sequence the engine admits
-        (its pool, or the model's context, whichever is smaller)."""
-        if engine.attention is not TritonPagedAttention:
-            raise ValueError("cuda_graphs=True needs attention='triton' (or 'auto' on CUDA): the PyTorch reference "
-                             "attention sizes its tensors from lengths on the host, which a graph cannot replay")
-        max_pages = min(engine.cache.usable_blocks,
-                        -(-engine.config.max_position_embeddings // engine.block_size))
-        return cls(engine.model, engine.kv_cache, engine.scheduler.max_num_seqs, max_pages)
 
     # -- capture ---------------------------------------------------------------------------------
 
@@ -194,14 +184,14 @@ class DecodeGraphRunner:
 
     # -- replay ----------------------------------------------------------------------------------
 
-    def can_run(self, num_new_tokens: Sequence[int], block_tables: Sequence[Sequence[int]]) -> bool:
+    def can_run(self, num_new_tokens: Sequence[int], page_tables: Sequence[Sequence[int]]) -> bool:
         """A step qualifies when every sequence computes exactly one token, the batch fits the
-        largest graph, and every block table fits the static page table."""
+        largest graph, and every page table fits the static one."""
         return (0 < len(num_new_tokens) <= self.sizes[-1] and all(n == 1 for n in num_new_tokens)
-                and max(len(pages) for pages in block_tables) <= self.max_pages)
+                and max(len(pages) for pages in page_tables) <= self.max_pages)
 
     @torch.inference_mode()
-    def forward(self, input_ids: Sequence[int], block_tables: Sequence[Sequence[int]],
+    def forward(self, input_ids: Sequence[int], page_tables: Sequence[Sequence[int]],
                 num_computed: Sequence[int], logits_rows: Sequence[int] | None = None) -> torch.Tensor:
         """Logits of one decode step: row ``i`` for sequence ``i`` (or only ``logits_rows``).
 
@@ -211,10 +201,10 @@ class DecodeGraphRunner:
         if bs is None:
             raise ValueError(f"{n} sequences exceed the largest captured batch ({self.sizes[-1]})")
         on_gpu = self.device.type == "cuda"
-        batch = pack_decode_batch(input_ids, block_tables, num_computed, self.page_size, bs, pin_memory=on_gpu)
+        batch = pack_decode_batch(input_ids, page_tables, num_computed, self.page_size, bs, pin_memory=on_gpu)
         width = batch.page_table.shape[1]
         if width > self.max_pages:
-            raise ValueError(f"a block table of {width} pages exceeds the static page table ({self.max_pages})")
+            raise ValueError(f"a page table of {width} pages exceeds the static page table ({self.max_pages})")
         # Host-to-device copies from pinned memory: queued behind the previous step, no waiting.
         self.input_ids[:bs].copy_(batch.input_ids, non_blocking=on_gpu)
         self.positions[:bs].copy_(batch.positions, non_blocking=on_gpu)

@@ -1,17 +1,32 @@
 """engine.py: ``LLMEngine``, continuous batching over a paged KV cache with optional prefix caching.
 
-Each ``step()``:
+Each ``step()`` is four named stages: nano-vllm's ``LLMEngine.step`` (``nanovllm/engine/llm_engine.py``:
+``scheduler.schedule`` → ``model_runner.run`` → ``scheduler.postprocess``), plus a log:
 
-1. the :class:`~nano_engine.scheduler.Scheduler` picks sequences and how many tokens each computes
-   (decodes, prefill chunks, admissions with prefix-cache hits, preemptions when memory is short);
-2. one model forward runs over the flat batch of all those tokens; attention writes the new K/V to
-   the paged :class:`~nano_engine.kv_cache.KVCache` and reads each sequence through its page table;
-3. the cache manager registers the newly computed KV (so others can reuse it), and every sequence
-   whose tokens are all computed samples its next token; finished ones release their memory.
+1. ``_plan``: the :class:`~nano_engine.scheduler.Scheduler` picks sequences and how many tokens
+   each computes (decodes, prefill chunks, admissions with prefix-cache hits, preemptions when
+   memory is short); :class:`StepPlan` lays their tokens out as one flat batch;
+2. ``_forward_and_sample``: one model forward over that batch (attention writes the new K/V to the
+   paged :class:`~nano_engine.kv_cache.KVCache` and reads each sequence through its page table),
+   then every sequence whose tokens are now all computed samples its next token;
+3. ``_postprocess``: only now is anything recorded: the computed tokens count as computed, the
+   cache manager registers their KV for reuse, the sampled tokens are appended, and finished
+   sequences release their memory;
+4. ``_log``: one dict in ``step_log``.
+
+**Faults.** Nothing in stage 2 changes the bookkeeping, so a failure there (a model error, a
+sampling error, Ctrl-C in the middle of a long forward) is undone by forgetting the step: the
+sequences are scheduled again next step and compute the same tokens (``cache.rollback`` drops
+whatever a manager registered ahead of time, seeded generators get their state back). Stages 1
+and 3 change the queues and the caches; each change to one sequence is all or nothing, a failure
+undoes the current sequence's change and marks the scheduler for ``repair``, and Ctrl-C is held
+back until they end (:mod:`nano_engine.interrupts`). Afterwards every request is either still
+scheduled correctly or finished/aborted with its memory released. (nano-vllm's step has no such
+undo; this one is meant to be interrupted in a notebook.)
 
 ``generate(prompts, params)`` adds requests and steps until they are done, returning completions
 only (the same tokens as ``nano_engine.model.generate(...)[0].tolist()`` under greedy decoding).
-``step_log`` keeps one dict per step::
+``step_log`` keeps one dict per step (the last ``step_log_size`` steps, see :class:`StepLog`)::
 
     num_tokens          tokens computed in the step (prefill + decode)
     num_prefill_tokens  prompt tokens (and recomputed tokens of preempted requests)
@@ -27,40 +42,114 @@ only (the same tokens as ``nano_engine.model.generate(...)[0].tolist()`` under g
 
 from __future__ import annotations
 
-import itertools
+import numbers
 import operator
 import os
+import threading
 import time
-from collections.abc import Callable, Sequence as Seq
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Sequence as Seq
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
-from nano_engine.attention import AttentionMetadata, PagedAttention, device_tensor
-from nano_engine.cache_manager import (CacheManager, HashedBlockCacheManager, NaiveCacheManager,
-                                       RadixCacheManager)
-from nano_engine.kv_cache import KVCache, bytes_per_token
-from nano_engine.model import AttentionContext, Transformer
-from nano_engine.paged import BlockPool
-from nano_engine.prefix_cache import PrefixCachingBlockPool
+from nano_engine.attention import AttentionMetadata, device_tensor
+from nano_engine.cache_manager import HashedBlockCacheManager
+from nano_engine.engine_config import EngineConfig
+from nano_engine.interrupts import InterruptGuard
+from nano_engine.kv_cache import KVCache
+from nano_engine.model import Transformer
+from nano_engine.paged import BlockPool, ceil_div
 from nano_engine.sampling import SamplingParams, make_generator, sample
-from nano_engine.scheduler import AdmissionPolicy, Scheduler
-from nano_engine.sequence import Metrics, Sequence, Status
+from nano_engine.scheduler import Scheduler, SchedulerOutput
+from nano_engine.sequence import Metrics, Sequence
 
-__all__ = ["LLMEngine", "SamplingParams"]
-
-DEFAULT_KV_TOKENS = 16384
-"""Default pool: room for this many tokens (1024 blocks of 16) ..."""
-DEFAULT_KV_BYTES = 2 * 2**30
-"""... unless that takes more than 2 GiB (Qwen3-0.6B in float32: 9362 tokens fit)."""
+__all__ = ["EngineConfig", "LLMEngine", "RequestAborted", "SamplingParams", "StepLog"]
 
 PROGRESS_MIN_PROMPTS = 32
 """``progress=None`` shows a bar from this many prompts on, and never under pytest."""
 
 
+class RequestAborted(RuntimeError):
+    """``generate`` was waiting for a request that ``LLMEngine.abort`` stopped."""
+
+
+class StepLog(Seq[dict]):
+    """``step_log``: one dict per step, the last ``maxlen`` steps kept (None: all; 0: none).
+
+    Indexed by step number since the engine started, so ``n = len(log); ...; log[n:]`` gives the
+    steps since ``n`` however long the engine has run. Reading a dropped step raises IndexError;
+    iterating yields the steps still kept."""
+
+    def __init__(self, maxlen: int | None) -> None:
+        self.maxlen, self.num_dropped = maxlen, 0
+        self._steps: deque[dict] = deque(maxlen=maxlen)
+
+    def append(self, step: dict) -> None:
+        self.num_dropped += len(self._steps) == self.maxlen
+        self._steps.append(step)
+
+    def __len__(self) -> int:
+        return self.num_dropped + len(self._steps)
+
+    def __iter__(self) -> Iterator[dict]:
+        return iter(self._steps)
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        i = operator.index(index) + (len(self) if index < 0 else 0)
+        if not self.num_dropped <= i < len(self):
+            raise IndexError(f"step {index} is not in the log: it keeps steps {self.num_dropped}..{len(self) - 1} "
+                             f"(LLMEngine(step_log_size=...) keeps more)")
+        return self._steps[i - self.num_dropped]
+
+    def __repr__(self) -> str:
+        return f"StepLog({len(self)} steps, last {len(self._steps)} kept)"
+
+
+@dataclass
+class StepPlan:
+    """One step: the scheduler's choice laid out as a flat batch. ``input_ids`` are the new tokens
+    of every scheduled sequence end to end; row ``logits_rows[i]`` gives ``to_sample[i]`` its next
+    token (a sequence samples once all its tokens are computed)."""
+
+    scheduled: SchedulerOutput
+    input_ids: list[int]
+    logits_rows: list[int]
+    to_sample: list[Sequence]
+    num_decode_tokens: int
+    cuda_graph: bool = False              # set by the forward: replayed from a CUDA graph
+    generator_states: dict[Sequence, torch.Tensor] = field(default_factory=dict)   # before sampling
+
+    @classmethod
+    def build(cls, scheduled: SchedulerOutput) -> StepPlan:
+        plan = cls(scheduled, [], [], [], 0)
+        for seq, n in zip(scheduled.seqs, scheduled.num_new_tokens, strict=True):
+            first = seq.num_computed_tokens
+            plan.input_ids += seq.token_ids[first:first + n]
+            if first + n == seq.num_tokens:
+                plan.logits_rows.append(len(plan.input_ids) - 1)
+                plan.to_sample.append(seq)
+                plan.num_decode_tokens += n == 1 and seq.num_tokens > seq.num_prompt_tokens
+        return plan
+
+    @property
+    def seqs(self) -> list[Sequence]:
+        return self.scheduled.seqs
+
+    @property
+    def num_new_tokens(self) -> list[int]:
+        return self.scheduled.num_new_tokens
+
+
 class LLMEngine:
     """Continuous-batching engine for a :class:`~nano_engine.model.Transformer`.
 
-    Memory and caching (pick one way):
+    Memory and caching (pick one way; :mod:`nano_engine.engine_config` tells them apart):
 
     * ``pool=None, cache=None``: no prefix caching, a ``BlockPool`` of ``num_blocks`` blocks of
       ``block_size`` tokens (default: 16384 tokens or 2 GiB of KV, whichever is smaller; or
@@ -71,10 +160,9 @@ class LLMEngine:
       (``"vllm"``: ``"hashed"`` with ``PrefixCachingBlockPool(..., vllm=True)``);
       ``cache=<CacheManager>`` uses the given one.
 
-    Scheduling: ``max_num_batched_tokens`` tokens per step at most (None: unlimited),
-    ``max_num_seqs`` running sequences at most, ``policy`` the admission order ("fcfs", the
-    cache-aware "lpm" / "dfs-weight" of ``nano_engine.policies``, or an object, see
-    ``scheduler.AdmissionPolicy``).
+    Scheduling: ``max_num_batched_tokens`` tokens per step at most (None: as many as the pool
+    holds), ``max_num_seqs`` running sequences at most, ``policy`` the admission order ("fcfs", the
+    cache-aware "lpm" / "dfs-weight", or an object, see :mod:`nano_engine.policies`).
 
     ``attention`` builds the per-step attention context from the KV cache and the metadata
     (default: the PyTorch reference ``PagedAttention``); by name, ``"torch"`` (the reference),
@@ -86,218 +174,288 @@ class LLMEngine:
     attention on CUDA) replays decode-only steps from CUDA graphs (``nano_engine.cuda_graph``).
 
     ``tokenizer`` lets ``generate`` take strings. ``progress``: True / False / None (a tqdm bar
-    from 32 prompts on, off under pytest).
+    from 32 prompts on, off under pytest). ``step_log_size``: steps kept in ``step_log`` (default
+    10 000; None keeps all).
+
+    The options are checked once, into an :class:`~nano_engine.engine_config.EngineConfig`
+    (``LLMEngine(model, config=EngineConfig(...))`` works too): a bad one raises ValueError naming it.
+
+    **Threads.** One lock serializes ``add_request``, ``step``, ``abort`` and every step of
+    ``generate``: any number of threads may share one engine (two ``generate`` calls interleave
+    their steps, and each returns its own completions); steps never run in parallel.
     """
 
-    def __init__(self, model: Transformer, eos_token_id: int | None = None,
-                 pool: BlockPool | None = None, *, cache: str | CacheManager | None = None,
-                 num_blocks: int | None = None, block_size: int = 16, kv_bytes: int | None = None,
-                 kv_dtype: torch.dtype | None = None, max_num_batched_tokens: int | None = 4096,
-                 max_num_seqs: int = 256, policy: str | AdmissionPolicy = "fcfs",
-                 attention: str | Callable[[KVCache, AttentionMetadata], AttentionContext] = PagedAttention,
-                 tokenizer=None, progress: bool | None = None,
-                 gpu_memory_utilization: float | None = None, cuda_graphs: bool = False) -> None:
-        self.model = model.eval()
-        self.config = model.config
-        self.eos_token_id = eos_token_id
-        self.tokenizer = tokenizer
-        self.progress = progress
+    def __init__(self, model: Transformer, eos_token_id: int | None = None, pool: BlockPool | None = None, *,
+                 config: EngineConfig | None = None, tokenizer: Any = None, **options: Any) -> None:
+        if config is None:
+            config = EngineConfig(eos_token_id=eos_token_id, pool=pool, **options)
+        elif eos_token_id is not None or pool is not None or options:
+            raise ValueError("pass the options either as config= or as keyword arguments, not both")
+        self.model, self.config, self.engine_config = model.eval(), model.config, config
+        self.eos_token_id, self.tokenizer, self.progress = config.eos_token_id, tokenizer, config.progress
+        self.attention = self._attention_factory(config.attention)
+        kv_dtype = config.kv_dtype or model.dtype
+        self.cache = config.build_cache_manager(model, self.attention, kv_dtype)
+        self.block_size = self.cache.block_size
+        self.kv_cache = KVCache(self.config, self.cache.num_blocks, self.block_size, device=model.device, dtype=kv_dtype)
+        self.scheduler = Scheduler(self.cache, config.max_num_batched_tokens, config.max_num_seqs, config.policy)
+        self.graph_runner = self._make_graph_runner() if config.cuda_graphs else None
+        self.step_log = StepLog(config.step_log_size)
+        self.last_metrics: list[Metrics] = []
+        self._next_request_id = 0
+        self._lock = threading.RLock()
+        self._interrupts = InterruptGuard()
+
+    def _attention_factory(self, attention: str | Callable) -> Callable:
         if isinstance(attention, str):      # "torch" | "triton" | "auto": see nano_engine.fast_attention
             from nano_engine.fast_attention import attention_factory
-            attention = attention_factory(attention, model.device)
-        self.attention = attention
-        kv_dtype = kv_dtype or model.dtype
-        if gpu_memory_utilization is not None:   # the pool takes what the GPU has left (nano_engine.gpu_memory)
-            if pool is not None or num_blocks is not None or kv_bytes is not None or isinstance(cache, CacheManager):
-                raise ValueError("gpu_memory_utilization sizes the KV pool itself; drop pool=, num_blocks=, "
-                                 "kv_bytes= or the cache-manager object")
-            from nano_engine.gpu_memory import profile_kv_budget
-            kv_bytes = profile_kv_budget(model, gpu_memory_utilization, self.attention, block_size, kv_dtype,
-                                         max_num_batched_tokens)
-        self.cache = self._make_cache_manager(pool, cache, num_blocks, block_size, kv_bytes, kv_dtype)
-        self.block_size = self.cache.block_size
-        self.kv_cache = KVCache(self.config, self.cache.num_blocks, self.block_size,
-                                device=model.device, dtype=kv_dtype)
-        self.scheduler = Scheduler(self.cache, max_num_batched_tokens, max_num_seqs, policy)
-        self.graph_runner = None
-        if cuda_graphs:                     # decode steps replayed from CUDA graphs: nano_engine.cuda_graph
-            from nano_engine.cuda_graph import DecodeGraphRunner
-            self.graph_runner = DecodeGraphRunner.for_engine(self)
-        self.step_log: list[dict] = []
-        self.last_metrics: list[Metrics] = []
-        self._request_ids = itertools.count()
+            return attention_factory(attention, self.model.device)
+        return attention
 
-    def _make_cache_manager(self, pool, cache, num_blocks, block_size, kv_bytes, kv_dtype) -> CacheManager:
-        if isinstance(cache, CacheManager):
-            if pool is not None:
-                raise ValueError("pass either pool= or a cache manager as cache=, not both")
-            return cache
-        if pool is not None:
-            if cache is not None:
-                raise ValueError(f"pool= already chooses the cache; drop cache={cache!r}")
-            if isinstance(pool, PrefixCachingBlockPool):
-                return HashedBlockCacheManager(pool)
-            return NaiveCacheManager(pool.num_blocks, block_size, pool)
-        if num_blocks is None:
-            budget = kv_bytes if kv_bytes is not None else min(
-                DEFAULT_KV_BYTES, DEFAULT_KV_TOKENS * bytes_per_token(self.config, kv_dtype))
-            num_blocks = KVCache.pages_for_budget(self.config, budget, block_size, kv_dtype)
-        elif kv_bytes is not None:
-            raise ValueError("pass either num_blocks or kv_bytes, not both")
-        if cache in (None, "none"):
-            return NaiveCacheManager(num_blocks, block_size)
-        if cache in ("hashed", "vllm"):     # "vllm": vLLM v1's pool, blocks registered at allocation
-            return HashedBlockCacheManager(PrefixCachingBlockPool(num_blocks, block_size, vllm=cache == "vllm"))
-        if cache == "radix":
-            return RadixCacheManager(num_blocks, block_size)
-        raise ValueError(f"cache must be 'none', 'hashed', 'vllm', 'radix' or a CacheManager, got {cache!r}")
+    def _make_graph_runner(self):
+        """Decode steps replayed from CUDA graphs (``nano_engine.cuda_graph``); the static page table
+        as wide as the longest sequence this engine admits (its pool, or the model's context)."""
+        from nano_engine.cuda_graph import DecodeGraphRunner
+        max_pages = min(self.cache.usable_blocks, ceil_div(self.config.max_position_embeddings, self.block_size))
+        return DecodeGraphRunner(self.model, self.kv_cache, self.scheduler.max_num_seqs, max_pages,
+                                 attention=self.attention)
 
     # -- requests --------------------------------------------------------------------------------
 
-    def add_request(self, prompt: Seq[int] | str, params: SamplingParams | None = None) -> int:
-        """Queue one request; returns its id. Bad input raises ValueError and changes nothing."""
-        seq = self._make_sequence(prompt, params or SamplingParams())
-        self.scheduler.add(seq)
+    def add_request(self, prompt: Seq[int] | str | torch.Tensor, params: SamplingParams | None = None) -> int:
+        """Queue one request; returns its id (for ``abort``). Bad input raises ValueError and changes nothing."""
+        params = self._check_params(params)
+        with self._lock, self._critical():
+            seq = self._make_sequence(prompt, params, self._next_request_id)
+            self._next_request_id += 1
+            self.scheduler.add(seq)
         return seq.request_id
 
-    def _make_sequence(self, prompt: Seq[int] | str, params: SamplingParams, label: str = "") -> Sequence:
-        request_id = next(self._request_ids)
+    @staticmethod
+    def _check_params(params: object, name: str = "params") -> SamplingParams:
+        if params is None:
+            return SamplingParams()
+        if not isinstance(params, SamplingParams):
+            hint = ": build SamplingParams(**params)" if isinstance(params, dict) else ""
+            raise ValueError(f"{name} must be a SamplingParams or None (the defaults), got "
+                             f"{type(params).__name__}{hint}")
+        return params
+
+    def _make_sequence(self, prompt: Any, params: SamplingParams, request_id: int, label: str = "") -> Sequence:
         name = f"request {request_id}{label}"
+        try:
+            params.validate()        # again: a field may have been changed since construction
+        except ValueError as e:
+            raise ValueError(f"{name}: {e}") from None
+        token_ids = self._token_ids(prompt, name)
+        vocab, context = self.config.vocab_size, self.config.max_position_embeddings
+        bad = [t for t in token_ids if not 0 <= t < vocab]
+        if bad:
+            raise ValueError(f"{name}: token id {bad[0]} is outside the vocabulary (0..{vocab - 1})")
+        total = len(token_ids) + params.max_tokens
+        if total > context:
+            raise ValueError(f"{name}: {len(token_ids)} prompt tokens + max_tokens {params.max_tokens} = "
+                             f"{total} exceeds the model's context of {context} tokens")
+        # The last generated token is never fed back, so the KV holds at most prompt + max_tokens - 1.
+        need = self.cache.blocks_needed(total - 1)
+        if need > self.cache.usable_blocks:
+            raise ValueError(f"{name}: {len(token_ids)} prompt tokens + max_tokens {params.max_tokens} need "
+                             f"{need} KV blocks of {self.block_size} tokens, but the pool can give one request "
+                             f"at most {self.cache.usable_blocks}")
+        return Sequence(request_id, token_ids, params, eos_token_id=self.eos_token_id,
+                        generator=make_generator(params, self.model.device))
+
+    def _token_ids(self, prompt: Any, name: str) -> list[int]:
+        """A prompt as a non-empty list of ints: from a string (with the tokenizer), a 1-D tensor,
+        or a sequence of integers (NumPy's too; never bools, floats or the bytes of a bytes object)."""
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise ValueError(f"{name}: got a string prompt but the engine has no tokenizer "
                                  "(pass tokenizer= or token ids)")
             prompt = self.tokenizer(prompt)["input_ids"]
         if isinstance(prompt, torch.Tensor):
-            prompt = prompt.flatten().tolist()
+            if prompt.dim() != 1:
+                raise ValueError(f"{name}: a tensor prompt must be 1-D (one sequence of token ids), "
+                                 f"got shape {tuple(prompt.shape)}")
+            prompt = prompt.tolist()
         try:
-            prompt = [operator.index(t) for t in prompt]    # ints (or NumPy ints), never floats
+            if isinstance(prompt, (bytes, bytearray)) or any(isinstance(t, bool) for t in prompt):
+                raise TypeError
+            token_ids = [operator.index(t) for t in prompt]
         except TypeError:
-            raise ValueError(f"{name}: the prompt must be a list of token ids (integers)") from None
-        try:
-            params.validate()
-        except ValueError as e:
-            raise ValueError(f"{name}: {e}") from None
-        vocab, context = self.config.vocab_size, self.config.max_position_embeddings
-        if not prompt:
+            raise ValueError(f"{name}: the prompt must be a string or a list of token ids (integers, "
+                             f"not bools, floats or bytes), got {type(prompt).__name__}") from None
+        if not token_ids:
             raise ValueError(f"{name}: the prompt is empty (at least 1 token is needed)")
-        bad = [t for t in prompt if not 0 <= t < vocab]
-        if bad:
-            raise ValueError(f"{name}: token id {bad[0]} is outside the vocabulary (0..{vocab - 1})")
-        if len(prompt) + params.max_tokens > context:
-            raise ValueError(f"{name}: {len(prompt)} prompt tokens + max_tokens {params.max_tokens} = "
-                             f"{len(prompt) + params.max_tokens} exceeds the model's context of {context} tokens")
-        # The last generated token is never fed back, so the KV holds at most prompt + max_tokens - 1.
-        need = self.cache.blocks_needed(len(prompt) + params.max_tokens - 1)
-        if need > self.cache.usable_blocks:
-            raise ValueError(f"{name}: {len(prompt)} prompt tokens + max_tokens {params.max_tokens} need "
-                             f"{need} KV blocks of {self.block_size} tokens, but the pool can give one request "
-                             f"at most {self.cache.usable_blocks}")
-        return Sequence(request_id, prompt, params, eos_token_id=self.eos_token_id,
-                        generator=make_generator(params, self.model.device))
+        return token_ids
 
-    def abort(self, seq: Sequence) -> None:
-        """Drop an unfinished request and release its memory."""
-        if seq in self.scheduler.waiting:
-            self.scheduler.waiting.remove(seq)
-        elif seq in self.scheduler.running:
-            self.scheduler.finish(seq)
-        seq.status, seq.finish_reason = Status.FINISHED, "abort"
+    def abort(self, request: int | Sequence) -> bool:
+        """Stop a request, by the id ``add_request`` returned or by its ``Sequence``, and release its
+        memory; a ``generate`` waiting for it raises :class:`RequestAborted`. Idempotent: for a
+        request that has already finished (or was aborted) nothing changes, its finish reason
+        included, and the result is False."""
+        with self._lock, self._critical():
+            seq = self._find_request(request)
+            return seq is not None and self.scheduler.abort(seq)
+
+    def _find_request(self, request: int | Sequence) -> Sequence | None:
+        if isinstance(request, Sequence):
+            return request
+        if not isinstance(request, int) or isinstance(request, bool) or not 0 <= request < self._next_request_id:
+            raise ValueError(f"request must be a request id (0..{self._next_request_id - 1}) or a Sequence, "
+                             f"got {request!r}")
+        alive = (s for queue in (self.scheduler.running, self.scheduler.waiting) for s in queue)
+        return next((s for s in alive if s.request_id == request), None)     # None: it finished already
 
     # -- one step --------------------------------------------------------------------------------
 
     @torch.inference_mode()
     def step(self) -> list[Sequence]:
-        """Schedule, run one forward, sample. Returns the sequences that finished in this step."""
-        start = time.perf_counter()
-        plan = self.scheduler.schedule()
-        if not plan.seqs:
-            if self.scheduler.has_unfinished:
-                raise RuntimeError(f"no request could be scheduled: {self.scheduler.running} running, "
-                                   f"{list(self.scheduler.waiting)} waiting, {self.cache.size_info()}")
-            return []
+        """Plan, forward and sample, postprocess, log (see the module docstring); returns the
+        sequences that finished in this step."""
+        with self._lock, self._critical():
+            start = time.perf_counter()
+            plan = self._plan()
+            if plan is None:
+                return []
+            tokens = self._forward_and_sample(plan)
+            finished = self._postprocess(plan, tokens)
+            self._log(plan, start)
+            return finished
 
-        tokens, logits_rows, to_sample, num_decode = [], [], [], 0
-        for seq, n in zip(plan.seqs, plan.num_new_tokens):
-            first = seq.num_computed_tokens
-            tokens += seq.token_ids[first:first + n]
-            if first + n == seq.num_tokens:           # everything computed: its logits give the next token
-                logits_rows.append(len(tokens) - 1)
-                to_sample.append(seq)
-                num_decode += n == 1 and seq.num_tokens > seq.num_prompt_tokens
-        device = self.model.device
+    @contextmanager
+    def _critical(self) -> Iterator[None]:
+        """A section that changes the bookkeeping: Ctrl-C waits until it ends (``_forward_and_sample``
+        lets it through), and an exception leaves the scheduler marked for ``repair``."""
+        with self._interrupts.deferred():
+            try:
+                yield
+            except BaseException:
+                self.scheduler.needs_repair = True
+                raise
+
+    def _plan(self) -> StepPlan | None:
+        """Stage 1: the scheduler's choice as a flat batch; None when no request is left."""
+        scheduled = self.scheduler.schedule()
+        if scheduled.seqs:
+            return StepPlan.build(scheduled)
+        if self.scheduler.has_unfinished:
+            raise RuntimeError(f"no request could be scheduled: {self.scheduler.running} running, "
+                               f"{list(self.scheduler.waiting)} waiting, {self.cache.size_info()}")
+        return None
+
+    def _forward_and_sample(self, plan: StepPlan) -> list[int]:
+        """Stage 2: the next token of every sequence in ``plan.to_sample``. Records nothing, so a
+        failure here (Ctrl-C included) is undone by forgetting the step."""
+        plan.generator_states = {s: s.generator.get_state() for s in plan.to_sample if s.generator is not None}
+        try:
+            with self._interrupts.allowed():
+                logits = self._forward(plan)
+                return sample(logits, [s.params for s in plan.to_sample], [s.generator for s in plan.to_sample])
+        except BaseException:
+            self._rollback(plan, plan.seqs)
+            raise
+
+    def _forward(self, plan: StepPlan) -> torch.Tensor:
+        """One forward over the flat batch: the logits of ``plan.logits_rows``. Decode-only steps
+        replay a CUDA graph when the engine has one that fits."""
         block_tables = [s.block_table for s in plan.seqs]
-        use_graph = self.graph_runner is not None and self.graph_runner.can_run(plan.num_new_tokens, block_tables)
-        if use_graph:
-            logits = self.graph_runner.forward(tokens, block_tables, [s.num_computed_tokens for s in plan.seqs],
-                                               logits_rows)
-        else:
-            metadata = AttentionMetadata.build(block_tables, [s.num_computed_tokens for s in plan.seqs],
-                                               plan.num_new_tokens, self.block_size, device)
-            logits = self.model(device_tensor(tokens, torch.long, device),
-                                positions=metadata.positions, context=self.attention(self.kv_cache, metadata),
-                                logits_indices=device_tensor(logits_rows, torch.long, device))
+        num_computed = [s.num_computed_tokens for s in plan.seqs]
+        runner = self.graph_runner
+        plan.cuda_graph = runner is not None and runner.can_run(plan.num_new_tokens, block_tables)
+        if runner is not None and plan.cuda_graph:
+            return runner.forward(plan.input_ids, block_tables, num_computed, plan.logits_rows)
+        device = self.model.device
+        metadata = AttentionMetadata.build(page_tables=block_tables, num_computed=num_computed,
+                                           num_new=plan.num_new_tokens, page_size=self.block_size, device=device)
+        return self.model(device_tensor(plan.input_ids, torch.long, device), positions=metadata.positions,
+                          context=self.attention(self.kv_cache, metadata),
+                          logits_indices=device_tensor(plan.logits_rows, torch.long, device))
 
-        for seq, n in zip(plan.seqs, plan.num_new_tokens):
-            seq.num_computed_tokens += n
-            self.cache.cache(seq, n)
-        new_tokens = sample(logits, [s.params for s in to_sample], [s.generator for s in to_sample])
+    def _rollback(self, plan: StepPlan, seqs: Seq[Sequence]) -> None:
+        """Forget this step for ``seqs``: next step they compute the same tokens and draw the same samples."""
+        for seq in seqs:
+            self.cache.rollback(seq)
+            if seq in plan.generator_states:
+                seq.generator.set_state(plan.generator_states[seq])  # type: ignore[union-attr]
+
+    def _postprocess(self, plan: StepPlan, tokens: list[int]) -> list[Sequence]:
+        """Stage 3, the commit, one sequence at a time. If something raises, the sequences before
+        it keep their step, it and the ones after are rolled back (they recompute next step)."""
+        sampled = dict(zip(plan.to_sample, tokens, strict=True))
         now = time.perf_counter()
-        finished = []
-        for seq, token in zip(to_sample, new_tokens):
-            seq.append_token(token, now)
-            if seq.is_finished:
-                self.scheduler.finish(seq)
-                finished.append(seq)
+        committed = 0
+        try:
+            for seq, n in zip(plan.seqs, plan.num_new_tokens, strict=True):
+                self._mark_computed(seq, n)
+                committed += 1
+                self._append_token(seq, sampled.get(seq), now)
+        except BaseException:
+            self._rollback(plan, plan.seqs[committed:])
+            raise
+        return [s for s in plan.to_sample if s.is_finished]
 
+    def _mark_computed(self, seq: Sequence, num_new_tokens: int) -> None:
+        """``seq``'s new tokens now have their KV: count them, and let the cache manager register
+        them for reuse (if that raises, they are not counted)."""
+        seq.num_computed_tokens += num_new_tokens
+        try:
+            self.cache.cache(seq, num_new_tokens)
+        except BaseException:
+            seq.num_computed_tokens -= num_new_tokens
+            raise
+
+    def _append_token(self, seq: Sequence, token: int | None, now: float) -> None:
+        """Append the token ``seq`` sampled (None: it is still in prefill); if that finished it, its
+        memory goes back (should ``free`` raise, ``Scheduler.repair`` finishes it next step)."""
+        if token is None:
+            return
+        seq.append_token(token, now)
+        if seq.is_finished:
+            self.scheduler.finish(seq)
+
+    def _log(self, plan: StepPlan, start: float) -> None:
+        """Stage 4: one ``step_log`` entry (keys in the module docstring)."""
         self.step_log.append({
-            "num_tokens": plan.num_tokens,
-            "num_prefill_tokens": plan.num_tokens - num_decode,
-            "num_decode_tokens": num_decode,
+            "num_tokens": plan.scheduled.num_tokens,
+            "num_prefill_tokens": plan.scheduled.num_tokens - plan.num_decode_tokens,
+            "num_decode_tokens": plan.num_decode_tokens,
             "num_seqs": len(plan.seqs),
             "num_context_tokens": sum(s.num_computed_tokens for s in plan.seqs),
-            "cuda_graph": use_graph,
-            "num_cached_tokens": plan.num_cached_tokens,
-            "num_preempted": len(plan.preempted),
+            "cuda_graph": plan.cuda_graph,
+            "num_cached_tokens": plan.scheduled.num_cached_tokens,
+            "num_preempted": len(plan.scheduled.preempted),
             "num_running": len(self.scheduler.running),
             "num_waiting": len(self.scheduler.waiting),
-            "time": now - start,
+            "time": time.perf_counter() - start,
         })
-        return finished
 
     # -- the offline API -------------------------------------------------------------------------
 
-    def generate(self, prompts: Seq[Seq[int] | str], params: SamplingParams | Seq[SamplingParams] | None = None,
+    def generate(self, prompts: Seq[Seq[int] | str] | torch.Tensor,
+                 params: SamplingParams | Seq[SamplingParams] | None = None,
                  *, progress: bool | None = None, return_metrics: bool = False):
         """Generate for every prompt; returns the completions (token ids, no prompt) in input order.
 
-        ``params`` is one ``SamplingParams`` for all prompts or one per prompt. Every request is
-        checked before any is queued, so a bad one raises ValueError and leaves the engine as it
-        was. Per-request :class:`~nano_engine.sequence.Metrics` (time to first token, decode
-        tokens/s, cache hits, preemptions) land in ``self.last_metrics``; ``return_metrics=True``
-        returns ``(completions, metrics)``."""
-        if isinstance(prompts, str) or (len(prompts) and isinstance(prompts[0], int)):
-            raise ValueError("prompts must be a list of prompts (each a list of token ids or a string)")
-        if params is None or isinstance(params, SamplingParams):
-            params = [params or SamplingParams()] * len(prompts)
-        if len(params) != len(prompts):
-            raise ValueError(f"got {len(params)} SamplingParams for {len(prompts)} prompts")
-        seqs = [self._make_sequence(p, sp, f" (prompt {i})") for i, (p, sp) in enumerate(zip(prompts, params))]
-        for seq in seqs:
-            self.scheduler.add(seq)
-
-        bar = self._progress_bar(len(seqs), progress)
+        ``prompts``: a list of prompts (token-id lists, 1-D tensors or strings) or a 2-D tensor
+        (one row per prompt). ``params`` is one ``SamplingParams`` for all prompts or one per prompt.
+        Every request is checked before any is queued, so a bad one raises ValueError and leaves
+        the engine as it was. If one of the requests is aborted meanwhile (``abort``, e.g. from
+        another thread), the others are aborted too and :class:`RequestAborted` is raised.
+        Per-request :class:`~nano_engine.sequence.Metrics` (time to first token, decode tokens/s,
+        cache hits, preemptions) land in ``self.last_metrics``; ``return_metrics=True`` returns
+        ``(completions, metrics)``."""
+        prompts = self._check_prompts(prompts)
+        params = self._params_per_prompt(params, len(prompts))
+        seqs: list[Sequence] = []
+        bar = self._progress_bar(len(prompts), progress)
         try:
-            remaining = set(seqs)
-            while remaining:
-                done = [s for s in self.step() if s in remaining]
-                remaining.difference_update(done)
-                if bar is not None and done:
-                    bar.update(len(done))
+            self._queue(prompts, params, seqs)
+            self._run_until_done(seqs, bar)
         except BaseException:
-            for seq in seqs:
-                if not seq.is_finished:
-                    self.abort(seq)
+            with self._lock, self._critical():
+                for seq in seqs:
+                    self.scheduler.abort(seq)
             raise
         finally:
             if bar is not None:
@@ -305,6 +463,58 @@ class LLMEngine:
         self.last_metrics = [s.metrics for s in seqs]
         outputs = [s.output_token_ids for s in seqs]
         return (outputs, self.last_metrics) if return_metrics else outputs
+
+    @staticmethod
+    def _check_prompts(prompts: object) -> list:
+        """The prompts as a list: from a list (tuple, array) of prompts or a 2-D tensor, one row each."""
+        if isinstance(prompts, torch.Tensor) and prompts.dim() != 2:
+            raise ValueError(f"prompts as a tensor must be 2-D (one row per prompt), got shape "
+                             f"{tuple(prompts.shape)}; pass one 1-D tensor as [tensor]")
+        if isinstance(prompts, (str, bytes, dict)) or not isinstance(prompts, Iterable):
+            raise ValueError(f"prompts must be a list of prompts (each a list of token ids, a 1-D tensor or a "
+                             f"string), got {type(prompts).__name__}")
+        prompts = list(prompts)
+        if any(isinstance(p, numbers.Integral) for p in prompts):
+            raise ValueError("prompts must be a list of prompts, got a list of ints: wrap one prompt as [prompt]")
+        return prompts
+
+    def _params_per_prompt(self, params: object, num_prompts: int) -> list[SamplingParams]:
+        if params is None or isinstance(params, SamplingParams):
+            return [self._check_params(params)] * num_prompts
+        if isinstance(params, (dict, str)) or not isinstance(params, Seq):
+            hint = ": build SamplingParams(**params)" if isinstance(params, dict) else ""
+            raise ValueError(f"params must be a SamplingParams, a list of them (one per prompt) or None, got "
+                             f"{type(params).__name__}{hint}")
+        if len(params) != num_prompts:
+            raise ValueError(f"got {len(params)} SamplingParams for {num_prompts} prompts")
+        return [self._check_params(p, f"params[{i}]") for i, p in enumerate(params)]
+
+    def _queue(self, prompts: list, params: list[SamplingParams], seqs: list[Sequence]) -> None:
+        """Check every request, then queue them all (into ``seqs`` too) or, if one is bad, none."""
+        with self._lock, self._critical():
+            first = self._next_request_id
+            new = [self._make_sequence(p, sp, first + i, f" (prompt {i})")
+                   for i, (p, sp) in enumerate(zip(prompts, params, strict=True))]
+            self._next_request_id += len(new)
+            for seq in new:
+                self.scheduler.add(seq)
+            seqs += new
+
+    def _run_until_done(self, seqs: list[Sequence], bar: Any) -> None:
+        """Step until each of ``seqs`` has finished (other threads' steps count too)."""
+        remaining = seqs
+        while remaining:
+            self.step()
+            done = [s for s in remaining if s.is_finished]
+            if not done:
+                continue
+            remaining = [s for s in remaining if not s.is_finished]
+            aborted = [s.request_id for s in done if s.finish_reason == "abort"]
+            if aborted:
+                raise RequestAborted(f"request(s) {aborted} were aborted while generate waited for them "
+                                     f"(LLMEngine.abort); the call's other requests are aborted too")
+            if bar is not None:
+                bar.update(len(done))
 
     def _progress_bar(self, total: int, progress: bool | None):
         show = progress if progress is not None else self.progress
@@ -320,21 +530,21 @@ class LLMEngine:
     def warm_up(self, prompt: Seq[int] | str, *, pin: bool = False, lora_id=None, cache_salt=None) -> int:
         """Compute ``prompt`` once so that its KV is cached; ``pin=True`` (hashed cache) keeps it
         from ever being evicted (``pool.unpin`` releases it). Returns the tokens now cached."""
+        if pin and not isinstance(self.cache, HashedBlockCacheManager):
+            raise ValueError(f"pinning needs the hashed cache, this engine uses {self.cache.name!r}")
         keys = {"lora_id": lora_id, "cache_salt": cache_salt}
-        (seq,) = [self._make_sequence(prompt, SamplingParams(max_tokens=1, **keys), " (warm-up)")]
-        self.scheduler.add(seq)
-        while not seq.is_finished:
-            self.step()
-        if pin:
-            if not isinstance(self.cache, HashedBlockCacheManager):
-                raise ValueError(f"pinning needs the hashed cache, this engine uses {self.cache.name!r}")
+        seqs: list[Sequence] = []
+        self._queue([prompt], [SamplingParams(max_tokens=1, **keys)], seqs)
+        self._run_until_done(seqs, None)
+        (seq,) = seqs
+        if isinstance(self.cache, HashedBlockCacheManager) and pin:
             return len(self.cache.pool.pin(seq.prompt_token_ids, **keys)) * self.block_size
         probe = Sequence(-1, seq.prompt_token_ids + [0], seq.params)   # +1: match stops before the last token
         return self.cache.peek(probe)
 
     @property
     def pool(self) -> BlockPool:
-        """The block pool behind the cache manager (the radix manager's page allocator)."""
+        """The block pool behind the cache manager."""
         return self.cache.pool
 
     def check_no_leaks(self) -> None:

@@ -31,6 +31,7 @@ from nano_engine import triton_attention as ta
 from nano_engine.attention import AttentionMetadata, PagedAttention
 from nano_engine.kv_cache import KVCache
 from nano_engine.model import AttentionContext
+from nano_engine.paged import ceil_div
 
 AttentionFactory = Callable[[KVCache, AttentionMetadata], AttentionContext]
 
@@ -97,8 +98,8 @@ def decode_num_splits(num_programs: int, max_context: int, num_compute_units: in
     rounded down to a power of two (see ``DECODE_SPLIT_CHOICES``). Depending on shapes and never
     on the values of ``seq_lens`` keeps the launch identical from step to step, which a CUDA graph
     needs."""
-    wanted = -(-2 * num_compute_units // max(num_programs, 1))
-    worthwhile = -(-max_context // MIN_TOKENS_PER_SPLIT)
+    wanted = ceil_div(2 * num_compute_units, max(num_programs, 1))
+    worthwhile = ceil_div(max_context, MIN_TOKENS_PER_SPLIT)
     splits = max(1, min(wanted, worthwhile, MAX_SPLITS))
     return 1 << (splits.bit_length() - 1)
 

@@ -23,6 +23,7 @@ import torch
 from nano_engine.attention import AttentionMetadata
 from nano_engine.kv_cache import KVCache
 from nano_engine.model import AttentionContext, Transformer
+from nano_engine.paged import ceil_div
 
 DEFAULT_PROFILE_TOKENS = 8192
 """Tokens in the profiling forward when the step budget is unlimited (``max_num_batched_tokens=None``)."""
@@ -60,7 +61,7 @@ def profile_kv_budget(model: Transformer, utilization: float, attention, block_s
         raise ValueError(f"gpu_memory_utilization sizes the KV cache from GPU memory; the model is on {device} "
                          "(pass num_blocks or kv_bytes instead)")
     num_tokens = min(num_tokens or DEFAULT_PROFILE_TOKENS, model.config.max_position_embeddings)
-    num_pages = -(-num_tokens // block_size)
+    num_pages = ceil_div(num_tokens, block_size)
     gc.collect()
     torch.cuda.empty_cache()
     scratch = KVCache(model.config, num_pages, block_size, device=device, dtype=kv_dtype)

@@ -1,7 +1,7 @@
 """policies.py: cache-aware admission orders for the scheduler (SGLang's LPM and DFS-weight).
 
 With a prefix cache, the order in which waiting requests start changes how much they reuse.
-Under memory pressure, first come first served (``fcfs``, in ``nano_engine.scheduler``) can let a
+Under memory pressure, first come first served (``fcfs``, :class:`FCFS`) can let a
 prefix be evicted between two requests that share it, because other requests were admitted in
 between. A cache-aware order runs requests that share a cached prefix back to back:
 
@@ -38,10 +38,34 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence as Seq
+from typing import Protocol
 
 from nano_engine.cache_manager import CacheManager
 from nano_engine.radix import Node, RadixCache
 from nano_engine.sequence import Sequence
+
+
+class AdmissionPolicy(Protocol):
+    """Decides the order in which waiting requests are offered admission.
+
+    ``order`` sees the waiting queue (front first: preempted requests are put back at the front)
+    and the cache manager (for cache-aware policies: ``cache.peek(seq)`` is the cached prefix
+    length), and returns the waiting sequences in the order to try them."""
+
+    name: str
+
+    def order(self, waiting: Seq[Sequence], cache: CacheManager) -> list[Sequence]:
+        ...
+
+
+class FCFS:
+    """First come, first served: the queue order itself."""
+
+    name = "fcfs"
+
+    def order(self, waiting: Seq[Sequence], cache: CacheManager) -> list[Sequence]:
+        return list(waiting)
+
 
 FCFS_THRESHOLD = 128
 """SGLang's queue length above which LPM gives way to FCFS."""
@@ -173,3 +197,18 @@ class DFSWeight(CacheAwarePolicy):
             heaviest_first = sorted(node.children.values(), key=lambda c: -weight[c])
             stack += [(c, False) for c in reversed(heaviest_first)]
         return order
+
+
+POLICIES: dict[str, type] = {"fcfs": FCFS, "lpm": LongestPrefixMatch, "dfs-weight": DFSWeight}
+"""Policies selectable by name (``LLMEngine(..., policy="fcfs")``); register new ones here."""
+
+
+def make_policy(policy: str | AdmissionPolicy) -> AdmissionPolicy:
+    """The policy named ``policy`` (see ``POLICIES``), or ``policy`` itself if it is a policy object."""
+    if isinstance(policy, str) and policy in POLICIES:
+        return POLICIES[policy]()
+    if isinstance(policy, str) or not callable(getattr(policy, "order", None)):
+        what = "unknown policy" if isinstance(policy, str) else "not a policy"
+        raise ValueError(f"{what} {policy!r}: policy must be one of {sorted(POLICIES)} or an object with an "
+                         f"order(waiting, cache) method")
+    return policy

@@ -11,10 +11,27 @@ other requests share its batches, on chunked prefill, or on preemption and recom
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+import math
+import numbers
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
+
+MIN_TEMPERATURE = 1e-2
+"""The smallest temperature besides 0. Dividing logits by less overflows float32 (1e-39 turns every
+logit into +-inf and the softmax into NaN). vLLM logs a warning and raises smaller values to the
+same 1e-2 (``vllm/sampling_params.py``, ``SamplingParams.__post_init__``, ``_MAX_TEMP``); here they
+are rejected instead: use 0 for greedy."""
+
+
+def _is_int(x: object) -> bool:
+    """An integer, NumPy's included, but not a bool."""
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def _is_real(x: object) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
 
 @dataclass
@@ -29,8 +46,8 @@ class SamplingParams:
     * ``lora_id``, ``cache_salt``: extra prefix-cache keys. KV computed under another adapter or
       for another tenant is never reused (see ``prefix_cache.ExtraKeys``).
 
-    Checked when built and again by ``LLMEngine.add_request``: ``ValueError`` names the field and
-    its limit.
+    Checked when built and again by ``LLMEngine.add_request`` (a field may be changed after
+    construction): ``ValueError`` names the field and its allowed values.
     """
 
     max_tokens: int = 16
@@ -44,20 +61,35 @@ class SamplingParams:
     cache_salt: Hashable | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.stop_token_ids, (str, bytes)) or not isinstance(self.stop_token_ids, Iterable):
+            raise ValueError(f"stop_token_ids must be a list of token ids (() for none), got {self.stop_token_ids!r}")
         self.stop_token_ids = tuple(self.stop_token_ids)
         self.validate()
 
     def validate(self) -> None:
-        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+        """Raise ValueError naming the first field outside its allowed values."""
+        if not _is_int(self.max_tokens) or self.max_tokens < 1:
             raise ValueError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
-        if not self.temperature >= 0:   # also catches NaN
-            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature!r}")
-        if self.top_k is not None and (not isinstance(self.top_k, int) or self.top_k < 0):
+        if not _is_real(self.temperature) or not (self.temperature == 0 or
+                                                  MIN_TEMPERATURE <= self.temperature < math.inf):
+            raise ValueError(f"temperature must be 0 (greedy) or a finite number >= {MIN_TEMPERATURE}, "
+                             f"got {self.temperature!r}")
+        if self.top_k is not None and (not _is_int(self.top_k) or self.top_k < 0):
             raise ValueError(f"top_k must be None, 0 (off) or a positive integer, got {self.top_k!r}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
-        if self.seed is not None and not isinstance(self.seed, int):
-            raise ValueError(f"seed must be an integer or None, got {self.seed!r}")
+        if not _is_real(self.top_p) or not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be a number in (0, 1], got {self.top_p!r}")
+        if self.seed is not None and (not _is_int(self.seed) or not 0 <= self.seed < 2**64):
+            raise ValueError(f"seed must be None or an integer in [0, 2**64), got {self.seed!r}")
+        if not isinstance(self.ignore_eos, bool):
+            raise ValueError(f"ignore_eos must be True or False, got {self.ignore_eos!r}")
+        if not all(_is_int(t) and t >= 0 for t in self.stop_token_ids):
+            raise ValueError(f"stop_token_ids must be token ids (integers >= 0), got {self.stop_token_ids!r}")
+        for name in ("lora_id", "cache_salt"):
+            try:
+                hash(getattr(self, name))
+            except TypeError:
+                raise ValueError(f"{name} must be hashable (a str, an int, a tuple, ...), "
+                                 f"got {type(getattr(self, name)).__name__}") from None
 
     @property
     def greedy(self) -> bool:
@@ -96,7 +128,7 @@ def sample(logits: torch.Tensor, params: Sequence[SamplingParams],
     generator, which is what keeps a seeded request reproducible whatever its batch neighbours.
     Every draw stays on the logits' device; the final ``tolist()`` is the step's one wait for the GPU."""
     tokens = logits.argmax(-1)
-    for i, (p, gen) in enumerate(zip(params, generators)):
+    for i, (p, gen) in enumerate(zip(params, generators, strict=True)):
         if p.greedy:
             continue
         row = filter_logits(logits[i].float() / p.temperature, p.top_k, p.top_p)

@@ -20,53 +20,24 @@ One step (``Scheduler.schedule``):
    not fit stops admission for this step, so no request is overtaken forever by smaller ones.
 
 The scheduler only talks to a :class:`~nano_engine.cache_manager.CacheManager`; which cache sits
-behind it (none, hashed blocks, radix tree) changes nothing here.
+behind it (none, hashed blocks, radix tree) changes nothing here. Admission orders (FCFS and the
+cache-aware ones) live in :mod:`nano_engine.policies`.
+
+Faults: every change to one sequence (preempt it, admit it, finish it, abort it) is all or
+nothing when a cache-manager call raises, and undone where it started. What an interrupted step
+can still leave behind (a finished sequence whose ``free`` raised stays in ``running``) is put
+right by :meth:`Scheduler.repair`, which the next ``schedule`` runs after ``needs_repair`` is set.
 """
 
 from __future__ import annotations
 
+import time
 from collections import deque
-from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from nano_engine.cache_manager import CacheManager
-from nano_engine.policies import DFSWeight, LongestPrefixMatch
+from nano_engine.policies import AdmissionPolicy, make_policy
 from nano_engine.sequence import Sequence, Status
-
-
-class AdmissionPolicy(Protocol):
-    """Decides the order in which waiting requests are offered admission.
-
-    ``order`` sees the waiting queue (front first: preempted requests are put back at the front)
-    and the cache manager (for cache-aware policies: ``cache.peek(seq)`` is the cached prefix
-    length), and returns the waiting sequences in the order to try them."""
-
-    name: str
-
-    def order(self, waiting: Seq[Sequence], cache: CacheManager) -> list[Sequence]:
-        ...
-
-
-class FCFS:
-    """First come, first served: the queue order itself."""
-
-    name = "fcfs"
-
-    def order(self, waiting: Seq[Sequence], cache: CacheManager) -> list[Sequence]:
-        return list(waiting)
-
-
-POLICIES: dict[str, type] = {"fcfs": FCFS, "lpm": LongestPrefixMatch, "dfs-weight": DFSWeight}
-"""Policies selectable by name (``LLMEngine(..., policy="fcfs")``); register new ones here."""
-
-
-def make_policy(policy: str | AdmissionPolicy) -> AdmissionPolicy:
-    if not isinstance(policy, str):
-        return policy
-    if policy not in POLICIES:
-        raise ValueError(f"unknown policy {policy!r}; choose one of {sorted(POLICIES)} or pass a policy object")
-    return POLICIES[policy]()
 
 
 @dataclass
@@ -78,29 +49,42 @@ class SchedulerOutput:
     num_cached_tokens: int = 0            # prefix-cache hits of the requests admitted this step
     preempted: list[Sequence] = field(default_factory=list)
 
+    def add(self, seq: Sequence, num_new_tokens: int) -> None:
+        self.seqs.append(seq)
+        self.num_new_tokens.append(num_new_tokens)
+
     @property
     def num_tokens(self) -> int:
         return sum(self.num_new_tokens)
 
 
+def _check_count(name: str, value: object, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        allowed = "an integer >= 1" + (" or None" if allow_none else "")
+        raise ValueError(f"{name} must be {allowed}, got {value!r}")
+
+
 class Scheduler:
     """Waiting and running queues, a token budget per step, preemption by recompute.
 
-    ``max_num_batched_tokens=None`` means no budget (every prompt is prefilled in one piece);
+    ``max_num_batched_tokens=None`` means no budget of its own: a step computes at most as many
+    tokens as the KV pool holds (every prompt that fits is prefilled in one piece);
     ``max_num_seqs`` caps the running sequences."""
 
     def __init__(self, cache: CacheManager, max_num_batched_tokens: int | None = None,
                  max_num_seqs: int = 256, policy: str | AdmissionPolicy = "fcfs") -> None:
-        if max_num_batched_tokens is not None and max_num_batched_tokens < 1:
-            raise ValueError(f"max_num_batched_tokens must be >= 1 or None, got {max_num_batched_tokens}")
-        if max_num_seqs < 1:
-            raise ValueError(f"max_num_seqs must be >= 1, got {max_num_seqs}")
+        _check_count("max_num_batched_tokens", max_num_batched_tokens, allow_none=True)
+        _check_count("max_num_seqs", max_num_seqs)
         self.cache = cache
         self.max_num_batched_tokens = max_num_batched_tokens
+        self.token_budget: int = max_num_batched_tokens or cache.num_blocks * cache.block_size
         self.max_num_seqs = max_num_seqs
         self.policy = make_policy(policy)
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []         # in admission order: the last is preempted first
+        self.needs_repair = False                 # set by the engine when a step failed halfway
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -109,63 +93,121 @@ class Scheduler:
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
 
-    def schedule(self) -> SchedulerOutput:
-        budget = self.max_num_batched_tokens if self.max_num_batched_tokens is not None else float("inf")
-        out = SchedulerOutput()
+    # -- one step ----------------------------------------------------------------------------
 
-        # 1-2. running sequences: decodes first, then prefill chunks (stable sort keeps admission order)
+    def schedule(self) -> SchedulerOutput:
+        """Plan the next step: running sequences first (steps 1-2), then admissions (step 3)."""
+        if self.needs_repair:
+            self.repair()
+        out = SchedulerOutput()
+        budget = self._schedule_running(out, self.token_budget)
+        if not out.preempted:           # a step that had to preempt is short of memory already
+            self._admit_waiting(out, budget)
+        return out
+
+    def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
+        """Decodes first, then prefill chunks (a stable sort keeps admission order); returns the
+        budget left."""
         for seq in sorted(self.running, key=lambda s: s.is_prefilling):
             if budget == 0:
                 break
             if seq.status is not Status.RUNNING:       # preempted earlier in this loop
                 continue
             n = min(seq.num_remaining, budget)
-            while not self.cache.allocate(seq, seq.num_computed_tokens + n):
-                victim = next(s for s in reversed(self.running) if s not in out.seqs)
-                self._preempt(victim)
-                out.preempted.append(victim)
-                if victim is seq:
-                    break
-            else:
-                out.seqs.append(seq)
-                out.num_new_tokens.append(n)
+            if self._make_room(seq, n, out):
+                out.add(seq, n)
                 budget -= n
+        return budget
 
-        # 3. admission (not in a step that had to preempt: memory is short already)
-        if not out.preempted:
-            for seq in self.policy.order(self.waiting, self.cache):
-                if budget == 0 or len(self.running) >= self.max_num_seqs:
-                    break
-                match = self.cache.match(seq)
-                self.cache.lock(seq, match)
-                n = min(seq.num_remaining, budget)
-                # allocate() runs after lock(): it sees the space left once the match is
-                # protected, and evicts other cached prefixes if that is what it takes.
-                if not self.cache.allocate(seq, seq.num_computed_tokens + n):
-                    self.cache.free(seq)
-                    seq.num_computed_tokens = seq.num_cached_tokens = 0
-                    break
-                self.waiting.remove(seq)
-                self.running.append(seq)
-                seq.status = Status.RUNNING
-                if seq.metrics.num_preemptions == 0:
-                    seq.metrics.num_cached_tokens = match.num_tokens
-                out.seqs.append(seq)
-                out.num_new_tokens.append(n)
-                out.num_cached_tokens += match.num_tokens
-                budget -= n
-        return out
+    def _make_room(self, seq: Sequence, num_new_tokens: int, out: SchedulerOutput) -> bool:
+        """Allocate for ``seq``'s next tokens, preempting the latest admitted sequence not yet in
+        this step until it fits; False if ``seq`` itself had to go."""
+        while not self.cache.allocate(seq, seq.num_computed_tokens + num_new_tokens):
+            victim = next(s for s in reversed(self.running) if s not in out.seqs)
+            self._preempt(victim)
+            out.preempted.append(victim)
+            if victim is seq:
+                return False
+        return True
+
+    def _admit_waiting(self, out: SchedulerOutput, budget: int) -> None:
+        """Admit in the policy's order while the budget and ``max_num_seqs`` allow; the first
+        request that does not fit stops admission for this step."""
+        for seq in self.policy.order(self.waiting, self.cache):
+            if budget == 0 or len(self.running) >= self.max_num_seqs:
+                break
+            n = self._admit(seq, budget)
+            if n == 0:
+                break
+            out.add(seq, n)
+            out.num_cached_tokens += seq.num_cached_tokens
+            budget -= n
+
+    def _admit(self, seq: Sequence, budget: int) -> int:
+        """Lock ``seq``'s cached prefix and allocate its first chunk; returns the chunk's size,
+        or 0 (and ``seq`` holds nothing) if it does not fit."""
+        match = self.cache.match(seq)
+        self.cache.lock(seq, match)
+        n = min(seq.num_remaining, budget)
+        try:
+            # allocate() runs after lock(): it sees the space left once the match is
+            # protected, and evicts other cached prefixes if that is what it takes.
+            fits = self.cache.allocate(seq, seq.num_computed_tokens + n)
+        except BaseException:
+            self._release(seq)
+            raise
+        if not fits:
+            self._release(seq)
+            return 0
+        self.waiting.remove(seq)
+        self.running.append(seq)
+        seq.status = Status.RUNNING
+        if seq.metrics.num_preemptions == 0:
+            seq.metrics.num_cached_tokens = match.num_tokens
+        return n
+
+    def _release(self, seq: Sequence) -> None:
+        """Give back everything ``seq`` holds; it will start from scratch (or a cache hit)."""
+        self.cache.free(seq)
+        seq.num_computed_tokens = seq.num_cached_tokens = 0
 
     def _preempt(self, seq: Sequence) -> None:
         """Release ``seq``'s memory and queue it (first in line) for recomputation."""
-        self.cache.free(seq)
-        seq.num_computed_tokens = seq.num_cached_tokens = 0
+        self._release(seq)
         seq.status = Status.WAITING
         seq.metrics.num_preemptions += 1
         self.running.remove(seq)
         self.waiting.appendleft(seq)
 
+    # -- leaving -----------------------------------------------------------------------------
+
     def finish(self, seq: Sequence) -> None:
-        """``seq`` produced its last token: hand its memory back to the cache manager."""
+        """``seq`` produced its last token: hand its memory back to the cache manager. It leaves
+        ``running`` only once that worked, so a failed ``free`` is retried by ``repair``."""
         self.cache.free(seq)
         self.running.remove(seq)
+
+    def abort(self, seq: Sequence) -> bool:
+        """Stop ``seq`` wherever it is and release its memory. Idempotent: returns False (and keeps
+        the finish reason) if it had finished already."""
+        if seq in self.running:
+            self.finish(seq)
+        elif seq in self.waiting:
+            if seq.block_table or seq.cache_handle is not None:
+                self._release(seq)
+            self.waiting.remove(seq)
+        if seq.finish_reason is not None:
+            return False
+        seq.status, seq.finish_reason = Status.FINISHED, "abort"
+        seq.metrics.finish_time = time.perf_counter()
+        return True
+
+    def repair(self) -> None:
+        """Restore the queue invariants after a step that failed halfway: a finished sequence
+        still in ``running`` (its ``free`` raised) is finished again; a waiting one still holding
+        memory (an undo that raised) gives it back. Runs again next step if it raises itself."""
+        for seq in [s for s in self.running if s.is_finished]:
+            self.finish(seq)
+        for seq in [s for s in self.waiting if s.block_table or s.cache_handle is not None]:
+            self._release(seq)
+        self.needs_repair = False

@@ -53,6 +53,8 @@ import os
 
 import torch
 
+from nano_engine.paged import ceil_div
+
 try:
     import triton
     import triton.language as tl
@@ -512,7 +514,7 @@ def paged_prefill_attention(
     if num_tokens == 0 or max_q_len <= 0:
         return out
 
-    grid = (_cdiv(max_q_len, _PREFILL_BLOCK_M), num_heads, batch)
+    grid = (ceil_div(max_q_len, _PREFILL_BLOCK_M), num_heads, batch)
     _paged_prefill_kernel[grid](
         q, k_cache, v_cache, page_table, cu_seqlens_q, seq_lens, out,
         q.stride(0), q.stride(1),
@@ -623,8 +625,8 @@ def _default_num_splits(num_programs: int, max_context: int, device: torch.devic
     Enough programs to give every streaming multiprocessor about two, but no split shorter than
     ``_MIN_TOKENS_PER_SPLIT`` tokens of the longest possible context.
     """
-    wanted = _cdiv(2 * _num_compute_units(device), max(num_programs, 1))
-    worthwhile = _cdiv(max_context, _MIN_TOKENS_PER_SPLIT)
+    wanted = ceil_div(2 * _num_compute_units(device), max(num_programs, 1))
+    worthwhile = ceil_div(max_context, _MIN_TOKENS_PER_SPLIT)
     return max(1, min(wanted, worthwhile, _MAX_SPLITS))
 
 
@@ -637,7 +639,3 @@ def _num_compute_units(device: torch.device) -> int:
 
 def _next_power_of_2(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)

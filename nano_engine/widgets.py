@@ -42,6 +42,7 @@ from typing import Any
 import graphviz
 
 from nano_engine.kv_events import BlockStored, KVEvent
+from nano_engine.paged import ceil_div
 from nano_engine.prefix_cache import PrefixCachingBlockPool
 from nano_engine.radix import RadixCache
 from nano_engine.viz import (Tokenizer, draw_block_pool, draw_radix, format_slots, format_split,
@@ -474,7 +475,7 @@ class _PoolRun:
         return Step(kind, i, f"r{i}: {text}", tuple(self.events[first:]))
 
     def blocks_needed(self, i: int) -> int:
-        return -(-len(self.requests[i]) // self.pool.block_size)
+        return ceil_div(len(self.requests[i]), self.pool.block_size)
 
     def _start(self, i: int) -> Iterator[Step]:
         pool, tokens = self.pool, self.requests[i]
@@ -570,7 +571,7 @@ class BlockPoolStepper(_Stepper):
         self.pool_kwargs = pool_kwargs
         PrefixCachingBlockPool(num_blocks, block_size, **pool_kwargs)  # checks the sizes first
         for i, tokens in enumerate(self.requests):
-            need = -(-len(tokens) // block_size)
+            need = ceil_div(len(tokens), block_size)
             if need > num_blocks:
                 raise ValueError(f"request {i} needs {need} blocks of {block_size} tokens; the pool has {num_blocks}")
         super().__init__()

@@ -43,6 +43,8 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
+from nano_engine.paged import ceil_div
+
 from nano_engine.prefix_cache import PrefixCachingBlockPool
 from nano_engine.radix import RadixCache
 
@@ -200,7 +202,7 @@ def hit_rate(workload: Sequence[Sequence[int]], method: Method, capacity: int | 
         raise ValueError("hit_rate: the workload is empty")
     if capacity is None and _is_block_size(method):
         # A pool with a block for every block of every request never has to evict.
-        capacity = method * sum(-(-len(req) // method) for req in workload)
+        capacity = method * sum(ceil_div(len(req), method) for req in workload)
     cache = ReplayCache(method, capacity)
     hits = sum(cache.serve(req) for req in workload)
     return hits / sum(len(req) for req in workload)
@@ -265,7 +267,7 @@ class ReplayCache:
         pool, size = self.pool, self.pool.block_size
         hit = pool.lookup(tokens, max_tokens=len(tokens) - 1)
         pool.touch(hit)
-        used = min(-(-len(tokens) // size), pool.num_blocks)
+        used = min(ceil_div(len(tokens), size), pool.num_blocks)
         table = hit + pool.allocate(used - len(hit))
         pool.cache_blocks(tokens, table, min(len(tokens), used * size))
         pool.free(table)

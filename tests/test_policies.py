@@ -4,16 +4,16 @@ bound (measured from outside the policy), and unchanged greedy outputs on the en
 import random
 
 import pytest
+from engine_fixtures import single_thread, tiny_model  # noqa: F401  (fixtures)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine_fixtures import single_thread, tiny_model  # noqa: F401  (fixtures)
 from nano_engine.cache_manager import HashedBlockCacheManager, RadixCacheManager
 from nano_engine.engine import LLMEngine
-from nano_engine.policies import DFSWeight, LongestPrefixMatch
+from nano_engine.policies import FCFS, DFSWeight, LongestPrefixMatch
 from nano_engine.prefix_cache import PrefixCachingBlockPool
 from nano_engine.sampling import SamplingParams
-from nano_engine.scheduler import FCFS, Scheduler
+from nano_engine.scheduler import Scheduler
 from nano_engine.sequence import Sequence
 
 _ids = iter(range(10**9))

@@ -3,9 +3,10 @@
 import pytest
 
 from nano_engine.cache_manager import HashedBlockCacheManager, NaiveCacheManager, RadixCacheManager
+from nano_engine.policies import FCFS
 from nano_engine.prefix_cache import PrefixCachingBlockPool
 from nano_engine.sampling import SamplingParams
-from nano_engine.scheduler import FCFS, Scheduler
+from nano_engine.scheduler import Scheduler
 from nano_engine.sequence import Sequence, Status
 
 _ids = iter(range(10**9))
