@@ -203,3 +203,42 @@ def test_multi_turn_reuse_does_not_depend_on_sharing_a_step(tiny_model):  # noqa
     # turn 2's (8 full blocks): with A's copy of S gone, B's own copy is cached as soon as B caches
     # its next block, and the blocks B cached after A's copy are reachable through it.
     assert together == apart == [24, 32]
+
+
+class FailOnce:
+    """Wraps a method; its ``at``-th call (0-based) raises RuntimeError."""
+
+    def __init__(self, method, at: int) -> None:
+        self.method, self.at, self.calls = method, at, 0
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        if self.calls - 1 == self.at:
+            raise RuntimeError("injected")
+        return self.method(*args, **kwargs)
+
+
+def test_a_failed_step_with_same_step_hits_recovers(tiny_model):  # noqa: F811 (the fixture)
+    """The first step admits four requests; three hit blocks the first registered in that step.
+    The step fails (in the forward, or while committing the second sequence); the engine rolls it
+    back and carries on; the outputs must equal the reference (no block promises K/V that was never
+    written)."""
+    prompts = shared_prefix_prompts(tiny_model.config.vocab_size, seed=2)
+    reference = reference_outputs(tiny_model, prompts, 4)
+    for target, at in (("_forward", 0), ("cache", 1)):
+        engine = LLMEngine(tiny_model, cache="vllm", block_size=BLOCK, num_blocks=64, progress=False)
+        owner = engine if target == "_forward" else engine.cache
+        setattr(owner, target, FailOnce(getattr(owner, target), at))
+        seqs = []
+        for p in prompts:
+            engine.add_request(p, SamplingParams(max_tokens=4))
+            seqs.append(engine.scheduler.waiting[-1])
+        failures = 0
+        while engine.scheduler.has_unfinished:
+            try:
+                engine.step()
+            except RuntimeError:
+                failures += 1
+        assert failures == 1
+        assert [s.output_token_ids for s in seqs] == reference
+        engine.check_no_leaks()
