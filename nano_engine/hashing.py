@@ -46,7 +46,7 @@ NONE_HASH``). Its history:
 
 * vLLM used ``hash(None)`` there. Python 3.12 made ``hash(None)`` a constant, so the whole chain of
   a known prompt became predictable and a crafted prompt could be made to collide with it (advisory
-  GHSA-rm76-4mrf-v9r8 / CVE-2025-25183; fixed by PR #12621, v0.7.2): ``NONE_HASH`` became 32 random
+  GHSA-rm76-4mrf-v9r8 / CVE-2025-25183; fixed by PR #12621, early 2025): ``NONE_HASH`` became 32 random
   bytes per process (``os.urandom(32)``), or ``hash_fn(PYTHONHASHSEED)`` when that variable is set,
   so several processes can agree (PR #17088 fixed the inverted condition).
 * Since SHA-256 became the default, the secret start no longer protects anything that SHA-256's
@@ -205,7 +205,7 @@ def none_hash(algo: str, seed: str | None = None) -> Hashable:
     ``seed`` (default: ``PYTHONHASHSEED`` if set): ``hash_fn(seed)``, the same in every process.
     Without one: for ``"sha256"`` / ``"sha256_cbor"`` a fixed default seed (vLLM since PR #51875);
     for ``"xxhash"`` / ``"xxhash_cbor"`` and ``"builtin"`` 32 random bytes, drawn once per process
-    (cached), as vLLM did for every algorithm from v0.7.2 until that change.
+    (cached), as vLLM did for every algorithm from PR #12621 until that change.
     """
     seed = os.environ.get("PYTHONHASHSEED") if seed is None else seed
     if seed is None:
