@@ -226,6 +226,14 @@ class HashedBlockCacheManager(CacheManager):
     * ``cache``: ``cache_blocks`` after every forward, so blocks filled during chunked prefill *and*
       during decode become reusable at once (a later request, or this one after preemption, hits);
     * ``free``: drop one reference per block, last block first; they stay cached in the free queue.
+
+    With a vLLM-mode pool (``PrefixCachingBlockPool(..., vllm=True)``, ``LLMEngine(cache="vllm")``)
+    the full blocks are registered when they are *allocated* for a step, for the tokens the step
+    will compute, as vLLM's ``KVCacheManager.allocate_slots`` does (it calls ``cache_blocks`` at
+    its end): a request admitted later in the same step already hits them. That is safe because
+    every layer's attention writes the whole batch's new K/V before any sequence reads
+    (``PagedAttention.attend``: ``store`` first). If the step then fails, ``rollback`` forgets the
+    registrations the step did not compute.
     """
 
     name = "hashed"
@@ -245,10 +253,38 @@ class HashedBlockCacheManager(CacheManager):
     def _protect(self, match: PrefixMatch) -> None:
         self.pool.touch(match.blocks)
 
+    def allocate(self, seq: Sequence, num_tokens: int) -> bool:
+        if not super().allocate(seq, num_tokens):
+            return False
+        if self.pool.vllm:  # register now what this step will compute (vLLM: allocate_slots -> cache_blocks)
+            self.pool.cache_blocks(seq.token_ids, seq.block_table, num_tokens, **seq.extra_keys)
+        return True
+
     def cache(self, seq: Sequence, num_new_tokens: int) -> None:
+        if self.pool.vllm:  # registered at allocation already
+            return
         full_before = (seq.num_computed_tokens - num_new_tokens) // self.block_size
         if seq.num_computed_tokens // self.block_size > full_before:    # this forward filled a block
             self.pool.cache_blocks(seq.token_ids, seq.block_table, seq.num_computed_tokens, **seq.extra_keys)
+
+    def rollback(self, seq: Sequence) -> None:
+        """vLLM mode: uncache ``seq``'s blocks past its computed tokens (their K/V was never written).
+
+        A request admitted in the failed step may count as computed a block that an earlier
+        sequence of the same step registered and has just forgotten (rollbacks run in batch order,
+        and a block is always registered before anyone can hit it). Its K/V was never written
+        either, so that request goes back to recompute from that block on: it still holds the
+        block, and writing the same tokens there again writes the same K/V.
+        """
+        if not self.pool.vllm:
+            return
+        bs = self.block_size
+        for i, b in enumerate(seq.block_table[:seq.num_computed_tokens // bs]):
+            if self.pool.block_hash[b] is None:
+                seq.num_computed_tokens = i * bs
+                seq.num_cached_tokens = min(seq.num_cached_tokens, i * bs)
+                break
+        self.pool.forget(seq.block_table[seq.num_computed_tokens // bs:])
 
     def size_info(self) -> SizeInfo:
         bs = self.block_size

@@ -156,7 +156,8 @@ class LLMEngine:
       ``kv_bytes`` of KV);
     * ``pool=PrefixCachingBlockPool(num_blocks, block_size)``: vLLM-style hashed prefix caching on
       that pool (its size and block size win); a plain ``BlockPool`` means no caching;
-    * ``cache="none" | "hashed" | "radix"`` builds that manager with ``num_blocks``/``block_size``;
+    * ``cache="none" | "hashed" | "vllm" | "radix"`` builds that manager with ``num_blocks``/``block_size``
+      (``"vllm"``: ``"hashed"`` with ``PrefixCachingBlockPool(..., vllm=True)``);
       ``cache=<CacheManager>`` uses the given one.
 
     Scheduling: ``max_num_batched_tokens`` tokens per step at most (None: as many as the pool

@@ -11,7 +11,8 @@ is the one place that tells them apart:
 3. ``gpu_memory_utilization=0.9``: what the GPU has left after a profiling forward
    (``nano_engine.fast.gpu_memory``, like vLLM's ``gpu_memory_utilization``);
 4. ``num_blocks=`` or ``kv_bytes=``, else the default: 16384 tokens or 2 GiB of KV, whichever is
-   smaller; with ``cache="none" | "hashed" | "radix"`` choosing the manager.
+   smaller; with ``cache="none" | "hashed" | "vllm" | "radix"`` choosing the manager (``"vllm"``:
+   ``"hashed"`` on ``PrefixCachingBlockPool(..., vllm=True)``, blocks registered when allocated).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ DEFAULT_KV_BYTES = 2 * 2**30
 DEFAULT_STEP_LOG_SIZE = 10_000
 """``LLMEngine.step_log`` keeps the last this many steps (about 10 MB); None keeps every step."""
 
-CACHE_KINDS = ("none", "hashed", "radix")
+CACHE_KINDS = ("none", "hashed", "vllm", "radix")
 ATTENTION_NAMES = ("torch", "triton", "auto")
 
 
@@ -133,8 +134,8 @@ class EngineConfig:
             return NaiveCacheManager(self.pool.num_blocks, self.block_size, self.pool)
         num_blocks = self.num_blocks or KVCache.pages_for_budget(
             model.config, self._kv_budget(model, attention, kv_dtype), self.block_size, kv_dtype)
-        if self.cache == "hashed":
-            return HashedBlockCacheManager(PrefixCachingBlockPool(num_blocks, self.block_size))
+        if self.cache in ("hashed", "vllm"):
+            return HashedBlockCacheManager(PrefixCachingBlockPool(num_blocks, self.block_size, vllm=self.cache == "vllm"))
         if self.cache == "radix":
             return RadixCacheManager(num_blocks, self.block_size)
         return NaiveCacheManager(num_blocks, self.block_size)

@@ -11,8 +11,15 @@ holds without asking it. The pool emits:
 Replaying the events in order onto an empty set gives exactly the set of hashes the cache holds
 (``replay``). For a consumer in another process the hashes must be stable across processes: use
 ``hash_algo="sha256"`` (or ``"xxhash"``), not the built-in hash.
+
+In vLLM mode one hash can be cached by several blocks at once (duplicates), and, as vLLM does
+(``BlockPool.cache_full_blocks`` / ``_maybe_evict_cached_block``), every block stored emits its hash
+and every block evicted emits a ``BlockRemoved``, even while another block still holds the hash.
+A consumer must then count: pass a ``collections.Counter`` to ``replay``, and a hash is cached
+while its count is above zero. (A plain set would forget a hash that a duplicate still serves.)
 """
 
+from collections import Counter
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 
@@ -21,8 +28,8 @@ from dataclasses import dataclass
 class BlockStored:
     """Full blocks of one sequence entered the cache, in sequence order."""
 
-    block_hashes: list[int]
-    parent_block_hash: int | None  # hash of the block just before the first one (None: sequence start)
+    block_hashes: list[Hashable]  # ints, or bytes in vLLM mode (vLLM's hashes are bytes)
+    parent_block_hash: Hashable | None  # hash of the block just before the first one (None: sequence start)
     token_ids: list[int]  # the stored blocks' tokens, concatenated (block_size per block)
     block_size: int
     lora_id: Hashable | None
@@ -33,7 +40,7 @@ class BlockStored:
 class BlockRemoved:
     """These hashes left the cache (their blocks were reallocated to new content)."""
 
-    block_hashes: list[int]
+    block_hashes: list[Hashable]
 
 
 @dataclass(frozen=True)
@@ -44,16 +51,26 @@ class AllBlocksCleared:
 KVEvent = BlockStored | BlockRemoved | AllBlocksCleared
 
 
-def replay(events: Iterable[KVEvent], hashes: set[int] | None = None) -> set[int]:
-    """Apply events in order to a set of cached hashes (a new empty set by default) and return it."""
+def replay(events: Iterable[KVEvent], hashes: set | Counter | None = None) -> set:
+    """Apply events in order to the cached hashes and return the set of hashes cached.
+
+    ``hashes``: a set (updated in place; one block per hash, the default mode), or a ``Counter``
+    (updated in place; counts blocks per hash, needed for vLLM mode's duplicates). A new empty set
+    by default.
+    """
     hashes = set() if hashes is None else hashes
     for event in events:
         if isinstance(event, BlockStored):
-            hashes.update(event.block_hashes)
+            hashes.update(event.block_hashes)  # a Counter adds one per listed hash
         elif isinstance(event, BlockRemoved):
-            hashes.difference_update(event.block_hashes)
+            if isinstance(hashes, Counter):
+                hashes.subtract(event.block_hashes)
+            else:
+                hashes.difference_update(event.block_hashes)
         elif isinstance(event, AllBlocksCleared):
             hashes.clear()
         else:
             raise TypeError(f"not a KV event: {event!r}")
+    if isinstance(hashes, Counter):
+        return {h for h, n in hashes.items() if n > 0}
     return hashes

@@ -40,28 +40,52 @@ Beyond the book chapter's version, as vLLM does it:
   the same tokens under a different LoRA adapter, tenant or image never share a block. The salt
   goes into the first block only; the chain carries it to every later block.
 - **Collision guard.** Each cached block remembers its tokens, extra keys and its parent's cache
-  entry; a hash hit counts only if all three match. Even a hash function that collides all the
-  time can cost hits but can never serve another prefix's KV.
-- **vLLM's free order** (``uncached_first=True``): ref-0 blocks without a hash go to the *head* of
-  the queue and are reused first (they hold nothing worth keeping, and reusing the same blocks
-  keeps memory warm), hashed ones to the tail. The cached blocks then survive longer. Off by
-  default, where every freed block goes to the tail, as in the book chapter.
+  entry; a hash hit counts only if all three match (the parent compared by content, so a child
+  whose parent block was evicted and computed again still matches). Even a hash function that
+  collides all the time can cost hits but can never serve another prefix's KV. vLLM has no such
+  check: it trusts SHA-256 (a check for the ``xxhash`` choices is proposed in PR #54727, open).
+- **Free order** (``uncached_first=True``): ref-0 blocks without a hash go to the *head* of the
+  queue and are reused first (they hold nothing worth keeping), hashed ones to the tail, both in
+  the reversed order. The cached blocks then survive longer. Off by default, where every freed
+  block goes to the tail, as in the book chapter.
 - **Hash choice** (``hash_algo``): ``"builtin"`` (default), ``"sha256"``, ``"xxhash"`` or any
   callable; see ``nano_engine.hashing``. The default is Python's hash because it is the chapter's
   (``block_hashes`` gives exactly the chapter's values), makes a lookup 2-3x cheaper than the others
-  (``benchmarks/lookup_cost.py``), and is safe here thanks to the collision guard. vLLM defaults to SHA-256 because its hashes leave the
-  process (KV events for routers, KV transfer between machines) and it trusts a hash match; choose
-  ``"sha256"`` whenever a hash is read by another process.
+  (``benchmarks/lookup_cost.py``), and is safe here thanks to the collision guard. It is this
+  package's teaching default, not a vLLM option. vLLM defaults to SHA-256 because its hashes leave
+  the process (KV events for routers, KV transfer between machines) and it trusts a hash match;
+  choose ``"sha256"`` whenever a hash is read by another process.
 - **KV events** for subscribers (``subscribe``), **pinning** a prefix (``pin`` / ``unpin``),
   ``reset`` (drop the whole cache), ``last_evicted`` for pictures, ``check_invariants`` for tests.
+
+**vLLM mode** (``vllm=True``): vLLM v1 as it is (``vllm/v1/core/block_pool.py``,
+``kv_cache_utils.py``, ``kv_cache_manager.py``; read in 2026-11 on main):
+
+- *Duplicates are cached too.* Two requests that computed the same prefix at once each keep their
+  own blocks (a block table is append-only, so neither can switch to the other's copy), and vLLM
+  caches both under the one hash (``BlockHashToBlockMap``: hash -> ``{block_id: block}``). A lookup
+  is served one (``get_one_block``: the first cached that is still there); evicting one leaves the
+  others serving. ``hash_to_blocks`` lists them all.
+- *Free order as vLLM*: ``BlockPool.free_blocks`` (given ``reversed(req_blocks)``) prepends the
+  hash-less blocks with ``FreeKVCacheBlockQueue.prepend_n`` and appends the cached ones.
+- *NONE_HASH*: the first block's parent is vLLM's ``NONE_HASH`` (``nano_engine.hashing.none_hash``),
+  not None; the key is always ``(parent, tokens, extra_keys or None)``.
+- *vLLM's hash functions*: ``"sha256"`` (the default, as vLLM's), ``"sha256_cbor"``, ``"xxhash"``,
+  ``"xxhash_cbor"``, returning bytes; ``"builtin"`` stays available for teaching.
+- *Caching at allocation time* is the caller's: vLLM registers the blocks a step will fill when it
+  allocates them (``cache_blocks`` with the tokens *scheduled*, not yet computed), so a request
+  admitted later in the same step hits them. ``LLMEngine(model, cache="vllm")`` does that.
+
+One difference stays: this package tags extra keys (``("lora", id)``, ``("salt", s)``), where
+vLLM lists the LoRA name, ``(mm identifier, offset)`` pairs and the salt untagged
+(``generate_block_hash_extra_keys``).
 """
 
-import itertools
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from nano_engine.hashing import HashAlgo, HashFunction, make_hash_function
+from nano_engine.hashing import HashAlgo, HashFunction, make_hash_function, none_hash
 from nano_engine.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
 from nano_engine.paged import BlockPool
 
@@ -119,21 +143,60 @@ def extra_keys(
     return ExtraKeys(lora_id, cache_salt, tuple(checked))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class CacheEntry:
     """What a cached block holds, kept to confirm a hash hit (the collision guard).
 
     A hit must agree on the tokens, the extra keys *and* the parent: the block before it in the
-    lookup must be the very entry this block was computed after. The link is a serial number, not
-    the parent's hash (two different prefixes can share a hash, and so would their children) nor
-    its block id (block ids are reused for new content). By induction from the first block, every
-    hit then holds exactly the looked-up prefix, whatever the hash function does.
+    lookup must hold the same prefix as the entry this block was computed after. The link is that
+    entry itself, not the parent's hash (two different prefixes can share a hash, and so would
+    their children) nor its block id (block ids are reused for new content). An entry outlives its
+    block's eviction while a child still points at it, so a child whose parent block was evicted
+    and computed again (a new entry of equal content) is recognised: ``same_prefix`` compares
+    content, entry by entry, back to the first block. By induction every hit then holds exactly
+    the looked-up prefix, whatever the hash function does.
     """
 
-    serial: int  # unique per registration, never reused; the blocks after this one point at it
-    parent_serial: int  # serial of the entry of the block before (0: first block of a sequence)
+    parent: "CacheEntry | None"  # the entry of the block before (None: first block of a sequence)
     token_ids: tuple[int, ...]
     extra_keys: tuple | None
+
+
+def same_prefix(a: CacheEntry | None, b: CacheEntry | None) -> bool:
+    """Do ``a`` and ``b`` stand for the same prefix (equal tokens and extra keys, block by block)?
+
+    A loop, not recursion: chains can be thousands of blocks long. It stops at once in the usual
+    case, where both are the very same entry.
+    """
+    while a is not b:
+        if a is None or b is None or a.token_ids != b.token_ids or a.extra_keys != b.extra_keys:
+            return False
+        a, b = a.parent, b.parent
+    return True
+
+
+class _ServedBlocks(Mapping):
+    """``hash_to_block``: hash -> the block a lookup is served (read-only view of ``hash_to_blocks``).
+
+    In vLLM mode several blocks may cache one hash; like vLLM's ``BlockHashToBlockMap.get_one_block``
+    the view shows the first one cached that is still there. In the default mode there is never
+    more than one.
+    """
+
+    def __init__(self, groups: dict[Hashable, dict[int, None]]) -> None:
+        self._groups = groups
+
+    def __getitem__(self, h: Hashable) -> int:
+        return next(iter(self._groups[h]))
+
+    def __iter__(self) -> Iterator[Hashable]:
+        return iter(self._groups)
+
+    def __len__(self) -> int:
+        return len(self._groups)
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
 
 
 class PrefixCachingBlockPool(BlockPool):
@@ -142,10 +205,17 @@ class PrefixCachingBlockPool(BlockPool):
     Attributes (read them; change them only through the methods):
 
     - ``free_queue``: ref-0 block ids, head first (an ``OrderedDict`` used as an O(1) linked list);
-    - ``hash_to_block`` / ``block_hash``: the cache, both directions; ``cache_entry``: per cached
-      block, its tokens, extra keys and parent link;
+    - ``hash_to_blocks``: the cache, hash -> the blocks holding it (in caching order; one block
+      per hash except in vLLM mode); ``hash_to_block``: hash -> the block a lookup is served;
+      ``block_hash``: block -> its hash or None; ``cache_entry``: per cached block, its tokens,
+      extra keys and parent link;
     - ``num_queries`` / ``num_hits``: tokens looked up / tokens hit, over all ``lookup`` calls;
     - ``last_evicted``: ``(block, hash)`` pairs evicted by the most recent ``allocate`` call.
+
+    ``vllm=True`` switches on vLLM v1's behaviour (the module docstring; :meth:`cache_blocks`,
+    :meth:`free` and ``nano_engine.hashing``): duplicate blocks cached too, vLLM's free order,
+    ``NONE_HASH`` as the first block's parent and vLLM's hash functions (``hash_algo`` default
+    ``"sha256"``, vLLM's default since v0.10.2).
     """
 
     def __init__(
@@ -153,25 +223,35 @@ class PrefixCachingBlockPool(BlockPool):
         num_blocks: int,
         block_size: int,
         *,
-        hash_algo: HashAlgo | HashFunction = "builtin",
+        hash_algo: HashAlgo | HashFunction | None = None,
         uncached_first: bool = False,
+        vllm: bool = False,
     ) -> None:
         super().__init__(num_blocks)
         if not isinstance(block_size, int) or block_size < 1:
             raise ValueError(f"block_size must be an integer >= 1, got {block_size!r}")
         self.block_size = block_size
-        self.hash_algo = hash_algo
-        self.uncached_first = uncached_first
-        self._hash = make_hash_function(hash_algo)
-        self.free_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
-        self.hash_to_block: dict[int, int] = {}
-        self.block_hash: list[int | None] = [None] * num_blocks
+        self.vllm = bool(vllm)
+        self.hash_algo = hash_algo if hash_algo is not None else ("sha256" if vllm else "builtin")
+        self.uncached_first = uncached_first or self.vllm
+        self._hash = make_hash_function(self.hash_algo, vllm=self.vllm)
+        # vLLM chains the first block from NONE_HASH (kv_cache_utils.hash_block_tokens); the chapter from None.
+        self.none_hash: Hashable | None = None
+        if self.vllm:
+            self.none_hash = none_hash(self.hash_algo) if isinstance(self.hash_algo, str) else None
+        self.free_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))  # type: ignore[assignment]  # O(1) removal from the middle (touch)
+        self.hash_to_blocks: dict[Hashable, dict[int, None]] = {}
+        self.block_hash: list[Hashable | None] = [None] * num_blocks
         self.cache_entry: list[CacheEntry | None] = [None] * num_blocks
         self.num_queries = self.num_hits = 0
-        self.last_evicted: list[tuple[int, int]] = []
-        self._serials = itertools.count(1)
+        self.last_evicted: list[tuple[int, Hashable]] = []
         self._subscribers: list[Callable[[KVEvent], None]] = []
         self._pins: dict[tuple, list[list[int]]] = {}
+
+    @property
+    def hash_to_block(self) -> Mapping[Hashable, int]:
+        """Hash -> the block a lookup is served (read-only; see ``hash_to_blocks`` for duplicates)."""
+        return _ServedBlocks(self.hash_to_blocks)
 
     # -- allocation -------------------------------------------------------------------------
 
@@ -201,16 +281,22 @@ class PrefixCachingBlockPool(BlockPool):
         """Drop one reference per block, last block first; blocks at 0 keep content and hash.
 
         Freed in reverse so a sequence's tail (the part least likely shared) reaches the queue
-        first and is evicted first. With ``uncached_first`` a block without a hash goes to the head
-        instead: it caches nothing, so it should be reused before any cached block.
+        first and is evicted first. With ``uncached_first`` (and in vLLM mode) the blocks without a
+        hash go to the *head* instead, in that same reversed order, so the sequence's last block
+        becomes the head: they cache nothing and are reused before any cached block. This is
+        vLLM's ``BlockPool.free_blocks`` (``prepend_n`` for the hash-less, ``append_n`` for the
+        rest), called by ``SingleTypeKVCacheManager.free`` with ``reversed(req_blocks)``.
         """
         self._check_release(blocks)
+        fresh = []
         for b in reversed(blocks):
             self.ref_cnt[b] -= 1
             if self.ref_cnt[b] == 0:
                 self.free_queue[b] = None
                 if self.uncached_first and self.block_hash[b] is None:
-                    self.free_queue.move_to_end(b, last=False)
+                    fresh.append(b)
+        for b in reversed(fresh):  # the first of `fresh` must end up at the head
+            self.free_queue.move_to_end(b, last=False)
 
     def touch(self, blocks: Sequence[int]) -> None:
         """Add a reference to each block (hit blocks a new request reuses); take ref-0 ones off the queue."""
@@ -232,7 +318,7 @@ class PrefixCachingBlockPool(BlockPool):
         lora_id: Hashable | None = None,
         cache_salt: Hashable | None = None,
         mm_inputs: Sequence[MMInput] | None = None,
-    ) -> list[int]:
+    ) -> list[Hashable]:
         """The chained hash of every full block of ``token_ids`` (a trailing partial block has none)."""
         extra = extra_keys(lora_id, cache_salt, mm_inputs)
         return [h for _, h, _, _ in self._chain(token_ids, len(token_ids), extra)]
@@ -282,12 +368,27 @@ class PrefixCachingBlockPool(BlockPool):
         cache_salt: Hashable | None = None,
         mm_inputs: Sequence[MMInput] | None = None,
     ) -> None:
-        """Register the full blocks among the first ``num_computed`` tokens (call after a forward).
+        """Register the full blocks among the first ``num_computed`` tokens.
 
-        ``block_ids`` is the sequence's block table. Blocks already cached are skipped. A block
-        whose prefix another block already caches (two requests computed it at once) stays
-        uncached, and the chain continues through the cached copy. Emits one ``BlockStored`` per
-        run of newly cached consecutive blocks.
+        ``block_ids`` is the sequence's block table. Blocks already cached are skipped. Emits one
+        ``BlockStored`` per run of newly cached consecutive blocks.
+
+        When to call it: the chapter (and the default engine) calls it after a forward, for the
+        tokens computed. vLLM calls it when it *allocates* the slots of a step, for the tokens the
+        step is about to compute (``KVCacheManager.allocate_slots`` -> ``cache_blocks`` ->
+        ``BlockPool.cache_full_blocks``), so a request scheduled later in the same step already
+        hits them; the forward writes their K/V before anyone reads them.
+
+        A block whose prefix another block already caches (two requests computed it at once):
+
+        - default mode (the chapter): it stays uncached, and the chain continues through the
+          cached copy;
+        - ``vllm=True``: it is cached too, under the same hash (vLLM's ``BlockHashToBlockMap``
+          keeps ``{block_id: block}`` per hash, and never de-duplicates because a block table is
+          append-only). A lookup is served the first of them; evicting one leaves the others.
+
+        A block whose hash is cached for *other* content (a true collision, caught by the guard)
+        is not cached, and neither is any block after it (no lookup could reach them).
         """
         if not isinstance(num_computed, int) or not 0 <= num_computed <= len(token_ids):
             raise ValueError(f"num_computed must be in 0..{len(token_ids)} (the number of tokens), got {num_computed!r}")
@@ -310,35 +411,37 @@ class PrefixCachingBlockPool(BlockPool):
         if first == num_full:
             return
         parent_hash = self.block_hash[table[first - 1]] if first else None
-        parent_serial = self.cache_entry[table[first - 1]].serial if first else 0
+        parent = self.cache_entry[table[first - 1]] if first else None
         chain = list(self._chain(token_ids, num_computed, extra, first, parent_hash))
         for i, h, _, _ in chain:  # check everything before changing anything
             if self.block_hash[table[i]] not in (None, h):
                 raise ValueError(f"block {table[i]} at position {i} already caches other content")
 
-        run: list[tuple[int, tuple[int, ...], tuple | None]] = []  # newly cached blocks in a row
+        run: list[tuple[Hashable, tuple[int, ...], tuple | None]] = []  # newly cached blocks in a row
         run_parent = prev_hash = parent_hash
         for i, h, tokens, keys in chain:
             b = table[i]
-            owner = self.hash_to_block.get(h)
-            if self.block_hash[b] is None and owner is None:
-                entry = CacheEntry(next(self._serials), parent_serial, tokens, keys)
-                self.block_hash[b], self.cache_entry[b], self.hash_to_block[h] = h, entry, b
-                parent_serial = entry.serial
+            group = self.hash_to_blocks.get(h)
+            if self.block_hash[b] is None and group is not None:
+                copy = next(iter(group))
+                if not self._holds(copy, parent, tokens, keys):
+                    # A true hash collision: the hash belongs to other content. This block cannot
+                    # be cached under it, and no lookup could reach the blocks after it.
+                    break
+                if not self.vllm:  # the chapter keeps one block per hash: go on through the copy
+                    self._emit_stored(run, run_parent, extra)
+                    run = []
+                    parent, prev_hash = self.cache_entry[copy], h
+                    continue
+            if self.block_hash[b] is not None:  # cached by an earlier call
+                self._emit_stored(run, run_parent, extra)
+                run = []
+                parent = self.cache_entry[b]
+            else:
+                parent = self._cache(b, h, CacheEntry(parent, tokens, keys))
                 if not run:
                     run_parent = prev_hash
                 run.append((h, tokens, keys))
-            else:
-                self._emit_stored(run, run_parent, extra)
-                run = []
-                if self.block_hash[b] is not None:  # cached by an earlier call
-                    parent_serial = self.cache_entry[b].serial
-                elif self._holds(owner, parent_serial, tokens, keys):  # a duplicate of a cached block
-                    parent_serial = self.cache_entry[owner].serial
-                else:
-                    # A true hash collision: the slot belongs to other content. This block cannot
-                    # be cached under its hash, and no lookup could reach the blocks after it.
-                    return
             prev_hash = h
         self._emit_stored(run, run_parent, extra)
 
@@ -387,6 +490,24 @@ class PrefixCachingBlockPool(BlockPool):
         """Blocks held by at least one pin."""
         return {b for pins in self._pins.values() for blocks in pins for b in blocks}
 
+    def forget(self, blocks: Sequence[int]) -> None:
+        """Uncache ``blocks`` (a ``BlockRemoved`` for their hashes); they stay allocated to their owner.
+
+        For registrations made ahead of the forward (vLLM mode registers at allocation) when the
+        step then fails: the K/V those hashes promise was never written. A block another request
+        hit in that same step must be rolled back with that request (the engine's job).
+        """
+        for b in blocks:
+            self._check_block_id(b)
+        removed = []
+        for b in blocks:
+            h = self.block_hash[b]
+            if h is not None:
+                removed.append(h)
+                self._uncache(b)
+        if removed:
+            self._emit(BlockRemoved(removed))
+
     def reset(self) -> bool:
         """Drop every cached hash (``AllBlocksCleared``) if no block is in use; return whether it did.
 
@@ -395,7 +516,7 @@ class PrefixCachingBlockPool(BlockPool):
         """
         if any(self.ref_cnt):
             return False
-        self.hash_to_block.clear()
+        self.hash_to_blocks.clear()
         self.block_hash = [None] * self.num_blocks
         self.cache_entry = [None] * self.num_blocks
         self.last_evicted = []
@@ -421,7 +542,7 @@ class PrefixCachingBlockPool(BlockPool):
         for callback in list(self._subscribers):
             callback(event)
 
-    def _emit_stored(self, run: list, parent_hash: int | None, extra: ExtraKeys) -> None:
+    def _emit_stored(self, run: list, parent_hash: Hashable | None, extra: ExtraKeys) -> None:
         if run and self._subscribers:
             self._emit(BlockStored(
                 block_hashes=[h for h, _, _ in run],
@@ -444,17 +565,22 @@ class PrefixCachingBlockPool(BlockPool):
         require(all(c >= 0 for c in self.ref_cnt), f"negative ref_cnt: {self.ref_cnt}")
         free = [b for b in range(self.num_blocks) if self.ref_cnt[b] == 0]
         require(sorted(self.free_queue) == free, f"free_queue {list(self.free_queue)} != ref-0 blocks {free}")
-        for h, b in self.hash_to_block.items():
-            require(self.block_hash[b] == h, f"hash_to_block[{h}] = {b} but block_hash[{b}] = {self.block_hash[b]}")
+        num_cached = 0
+        for h, group in self.hash_to_blocks.items():
+            require(len(group) >= 1 and (self.vllm or len(group) == 1), f"hash {h!r} is cached by blocks {list(group)}")
+            for b in group:
+                require(self.block_hash[b] == h, f"hash_to_blocks[{h!r}] has {b} but block_hash[{b}] = {self.block_hash[b]!r}")
+                first = self.cache_entry[next(iter(group))]
+                require(self.cache_entry[b] is first or same_prefix(self.cache_entry[b], first),
+                        f"blocks {list(group)} share hash {h!r} but hold different prefixes")
+            num_cached += len(group)
         cached = [b for b in range(self.num_blocks) if self.block_hash[b] is not None]
-        require(len(cached) == len(self.hash_to_block), f"{len(cached)} blocks have a hash, hash_to_block has {len(self.hash_to_block)}")
+        require(len(cached) == num_cached, f"{len(cached)} blocks have a hash, hash_to_blocks holds {num_cached}")
         for b in range(self.num_blocks):
             entry = self.cache_entry[b]
             require((entry is None) == (self.block_hash[b] is None), f"block {b}: cache_entry and block_hash disagree")
             if entry is not None:
                 require(len(entry.token_ids) == self.block_size, f"block {b} caches {len(entry.token_ids)} tokens")
-        serials = [e.serial for e in self.cache_entry if e is not None]
-        require(len(set(serials)) == len(serials), "two cache entries share a serial")
         pin_count: dict[int, int] = {}
         for pins in self._pins.values():
             for blocks in pins:
@@ -471,39 +597,58 @@ class PrefixCachingBlockPool(BlockPool):
         end: int,
         extra: ExtraKeys,
         first_block: int = 0,
-        parent: int | None = None,
-    ) -> Iterator[tuple[int, int, tuple[int, ...], tuple | None]]:
+        parent: Hashable | None = None,
+    ) -> Iterator[tuple[int, Hashable, tuple[int, ...], tuple | None]]:
         """Yield ``(index, hash, tokens, extra keys)`` for each full block among the first ``end`` tokens.
 
         Lazy, so a lookup stops hashing at its first miss. ``parent`` is the hash of block
-        ``first_block - 1`` when resuming mid-sequence.
+        ``first_block - 1`` when resuming mid-sequence. The key is the chapter's ``(parent,
+        tokens)`` (``(parent, tokens, keys)`` with extra keys); in vLLM mode it is always
+        ``(parent or NONE_HASH, tokens, keys or None)``, as ``kv_cache_utils.hash_block_tokens``.
         """
-        size, has_extra = self.block_size, bool(extra)
+        size, has_extra, vllm = self.block_size, bool(extra), self.vllm
         for i in range(first_block, end // size):
             start = i * size
             tokens = tuple(token_ids[start:start + size])
             keys = extra.for_block(i, start, start + size) if has_extra else None
-            parent = self._hash((parent, tokens) if keys is None else (parent, tokens, keys))
+            if vllm:
+                key: tuple = (self.none_hash if parent is None else parent, tokens, keys)
+            else:
+                key = (parent, tokens) if keys is None else (parent, tokens, keys)
+            parent = self._hash(key)
             yield i, parent, tokens, keys
 
     def _match(self, token_ids: Sequence[int], end: int, extra: ExtraKeys) -> list[int]:
         hit: list[int] = []
-        parent_serial = 0
+        parent: CacheEntry | None = None
         for _, h, tokens, keys in self._chain(token_ids, end, extra):
-            b = self.hash_to_block.get(h)
-            if b is None or not self._holds(b, parent_serial, tokens, keys):
+            group = self.hash_to_blocks.get(h)
+            if group is None:
+                break
+            b = next(iter(group))  # vLLM's get_one_block: the first block cached under h
+            if not self._holds(b, parent, tokens, keys):
                 break
             hit.append(b)
-            parent_serial = self.cache_entry[b].serial
+            parent = self.cache_entry[b]
         return hit
 
-    def _holds(self, b: int, parent_serial: int, tokens: tuple[int, ...], keys: tuple | None) -> bool:
+    def _holds(self, b: int, parent: CacheEntry | None, tokens: tuple[int, ...], keys: tuple | None) -> bool:
         """Does cached block ``b`` really hold this block of this prefix (not just the same hash)?"""
         entry = self.cache_entry[b]
-        return entry.parent_serial == parent_serial and entry.token_ids == tokens and entry.extra_keys == keys
+        assert entry is not None
+        return entry.token_ids == tokens and entry.extra_keys == keys and same_prefix(entry.parent, parent)
+
+    def _cache(self, b: int, h: Hashable, entry: CacheEntry) -> CacheEntry:
+        self.block_hash[b], self.cache_entry[b] = h, entry
+        self.hash_to_blocks.setdefault(h, {})[b] = None
+        return entry
 
     def _uncache(self, b: int) -> None:
-        del self.hash_to_block[self.block_hash[b]]
+        h = self.block_hash[b]
+        group = self.hash_to_blocks[h]
+        del group[b]
+        if not group:
+            del self.hash_to_blocks[h]
         self.block_hash[b] = None
         self.cache_entry[b] = None
 

@@ -118,7 +118,7 @@ def test_salt_is_in_the_first_block_only_and_the_chain_carries_it():
     tokens = [1, 2, 3, 4, 5, 6]
     salted = pool.block_hashes(tokens, cache_salt="tenant-7")
     plain = pool.block_hashes(tokens)
-    assert all(s != p for s, p in zip(salted, plain))  # every block differs, through the chain
+    assert all(s != p for s, p in zip(salted, plain, strict=True))  # every block differs, through the chain
     blocks = pool.allocate(3)
     pool.cache_blocks(tokens, blocks, 6, cache_salt="tenant-7", lora_id=3)
     (stored,) = events
@@ -232,7 +232,7 @@ def test_cache_blocks_rejects_a_wrong_block_table():
 
 @pytest.mark.parametrize("uncached_first, after_free, after_reuse", [
     (False, [3, 2, 1, 0], [1, 0, 2, 3]),  # chapter: every freed block to the tail
-    (True, [2, 3, 1, 0], [2, 3, 1, 0]),  # vLLM: blocks without a hash to the head
+    (True, [2, 3, 1, 0], [3, 2, 1, 0]),  # vLLM: blocks without a hash to the head, last block first
 ])
 def test_free_orders(uncached_first, after_free, after_reuse):
     pool = PrefixCachingBlockPool(4, 2, uncached_first=uncached_first)
@@ -533,13 +533,15 @@ class PrefixPoolMachine(RuleBasedStateMachine):
             self.ref[b] += 1
 
     def model_free(self, blocks):
+        fresh = []  # vLLM: BlockPool.free_blocks(reversed(blocks)) prepends these as a list
         for b in reversed(blocks):
             self.ref[b] -= 1
             if self.ref[b] == 0:
                 if self.UNCACHED_FIRST and b not in self.cached_key:
-                    self.free.insert(0, b)
+                    fresh.append(b)
                 else:
                     self.free.append(b)
+        self.free[:0] = fresh
 
     def model_allocate(self, n):
         taken, self.free = self.free[:n], self.free[n:]
