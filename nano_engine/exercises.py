@@ -3,8 +3,8 @@
 Each chapter ends with exercises from ``practice/``. In a notebook cell::
 
     from nano_engine.exercises import show_problem, check_button
-    show_problem(101)        # the statement, rendered (the explanation stays folded)
-    check_button(101)        # "Run examples" and "Check my solution"
+    show_problem(21)        # the statement, rendered (the explanation stays folded)
+    check_button(21)        # "Run examples" and "Check my solution"
 
 The buttons run ``practice/judge.py test N --json`` on your file in ``practice/workspace/`` (create
 it with ``python practice/judge.py start N``). The judge runs your code in a separate Python process

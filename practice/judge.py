@@ -2,10 +2,10 @@
 """judge.py -- write the mechanisms of the prefix-caching chapters yourself, and have them judged.
 
     python practice/judge.py list                 exercises, with your status
-    python practice/judge.py start 101            copy the starter into practice/workspace/, show the problem
-    python practice/judge.py test 101 --run       run the examples (test_example*) on your file
-    python practice/judge.py test 101             run every test; accepted only when all pass
-    python practice/judge.py solution 101         run the tests on the reference solution (--show prints it)
+    python practice/judge.py start 21             copy the starter into practice/workspace/, show the problem
+    python practice/judge.py test 21 --run        run the examples (test_example*) on your file
+    python practice/judge.py test 21              run every test; accepted only when all pass
+    python practice/judge.py solution 21          run the tests on the reference solution (--show prints it)
     python practice/judge.py check                every reference accepted; starters and known-wrong variants rejected
     python practice/judge.py doctor               Python, packages and optional tools
 
@@ -67,6 +67,14 @@ NOT_RUN = "not run"
 EXPLANATION = re.compile(r"<details>\s*<summary>\s*Explanation.*?</details>\s*", re.S | re.I)
 
 
+# Exercises were first numbered 100-131; the number now tells the chapter (21 = chapter 2, first
+# exercise). The old numbers keep working everywhere a number is accepted, and a workspace file
+# started under the old name is still found.
+ALIASES = {"100": "01", "107": "11", "101": "21", "102": "22", "103": "23", "131": "24",
+           "104": "31", "105": "32", "108": "41", "106": "51", "130": "53"}
+OLD_NUMBER = {new: old for old, new in ALIASES.items()}
+
+
 class UsageError(Exception):
     """A mistake in the command line (unknown exercise, missing file): exit status 2."""
 
@@ -106,8 +114,19 @@ class Exercise:
     def wrong_variants(self) -> list[Path]:
         return sorted((self.folder / "wrong").glob("*.py"))
 
+    @property
+    def old_name(self) -> str | None:
+        """The folder name under the old three-digit number (e.g. 101_chained_block_hashes)."""
+        old = OLD_NUMBER.get(self.number)
+        return f"{old}_{self.name.split('_', 1)[1]}" if old else None
+
     def workspace_file(self, workspace: Path) -> Path:
-        return workspace / f"{self.name}.py"
+        """The reader's file; one started under the old number is kept in use."""
+        path = workspace / f"{self.name}.py"
+        legacy = workspace / f"{self.old_name}.py" if self.old_name else None
+        if not path.exists() and legacy is not None and legacy.exists():
+            return legacy
+        return path
 
 
 def parse_front_matter(text: str) -> tuple[dict, str]:
@@ -142,9 +161,18 @@ def find_exercises(root: Path = PRACTICE) -> list[Exercise]:
     return sorted(exercises, key=lambda e: int(e.number))
 
 
-def get_exercise(key: str, root: Path = PRACTICE) -> Exercise:
-    """By number (``101``), folder name (``101_chained_block_hashes``) or slug."""
-    key = str(key)
+def canonical_key(key: str | int) -> str:
+    """``1`` and ``"1"`` mean ``"01"``; an old number (``101``) or old folder name means the new one."""
+    key = str(key).strip()
+    number, sep, rest = key.partition("_")
+    if number.isdigit():
+        number = ALIASES.get(number, number.zfill(2))
+    return number + sep + rest
+
+
+def get_exercise(key: str | int, root: Path = PRACTICE) -> Exercise:
+    """By number (``21``; the old ``101`` too), folder name (``21_chained_block_hashes``) or slug."""
+    key = canonical_key(key)
     for ex in find_exercises(root):
         if key in (ex.number, ex.name, ex.name.split("_", 1)[1]):
             return ex
@@ -181,7 +209,8 @@ def remember_accepted(workspace: Path, ex: Exercise, path: Path) -> None:
 
 def reader_status(ex: Exercise, workspace: Path) -> str:
     path = ex.workspace_file(workspace)
-    record = load_status(workspace).get(ex.number)
+    status = load_status(workspace)
+    record = status.get(ex.number) or status.get(OLD_NUMBER.get(ex.number, ex.number))
     if record:
         edited = path.exists() and _digest(path) != record.get("sha256")
         return "accepted (edited since)" if edited else "accepted"
@@ -561,7 +590,7 @@ def main(argv: list[str] | None = None) -> int:
     def add(name: str, help_text: str, exercise: bool = False, json_flag: bool = True) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text)
         if exercise:
-            p.add_argument("exercise", help="number (e.g. 101) or folder name")
+            p.add_argument("exercise", help="number (e.g. 21; old numbers such as 101 work too) or folder name")
         if json_flag:
             p.add_argument("--json", action="store_true", help="machine-readable output")
         p.add_argument("--workspace", default=argparse.SUPPRESS, help=argparse.SUPPRESS)

@@ -44,8 +44,8 @@ def _failures(report: dict) -> str:
 
 def test_the_exercises_the_issue_asks_for_exist():
     by_number = {ex.number: ex for ex in EXERCISES}
-    assert {"101", "102", "103", "104", "105", "106", "130", "131"} <= set(by_number)
-    assert by_number["130"].difficulty == "medium" and by_number["131"].difficulty == "hard"
+    assert {"21", "22", "23", "31", "32", "51", "53", "24"} <= set(by_number)
+    assert by_number["53"].difficulty == "medium" and by_number["24"].difficulty == "hard"
     chapters = {ex.chapter for ex in EXERCISES}
     assert chapters == {"00_the_model", "01_paged_block_pool", "02_prefix_cache_hashed_blocks", "03_radix_tree",
                         "04_hit_rates", "05_scheduling_and_routing"}, "every chapter has an exercise"
@@ -115,26 +115,26 @@ def _package_passes(number: str, module: types.ModuleType) -> None:
     assert report["verdict"] == "accepted", _failures(report)
 
 
-def test_prefix_caching_block_pool_passes_101_block_hashes():
+def test_prefix_caching_block_pool_passes_21_block_hashes():
     prefix_cache = pytest.importorskip("nano_engine.prefix_cache", reason="nano_engine.prefix_cache not written yet")
 
     def block_hashes(token_ids, block_size):
         return prefix_cache.PrefixCachingBlockPool(num_blocks=1, block_size=block_size).block_hashes(token_ids)
 
-    _package_passes("101", _module(block_hashes=block_hashes))
+    _package_passes("21", _module(block_hashes=block_hashes))
 
 
-def test_prefix_caching_block_pool_passes_102_free_queue():
+def test_prefix_caching_block_pool_passes_22_free_queue():
     prefix_cache = pytest.importorskip("nano_engine.prefix_cache", reason="nano_engine.prefix_cache not written yet")
-    _package_passes("102", _module(PrefixCachingBlockPool=prefix_cache.PrefixCachingBlockPool))
+    _package_passes("22", _module(PrefixCachingBlockPool=prefix_cache.PrefixCachingBlockPool))
 
 
-def test_prefix_caching_block_pool_passes_131_lora_and_salt():
+def test_prefix_caching_block_pool_passes_24_lora_and_salt():
     prefix_cache = pytest.importorskip("nano_engine.prefix_cache", reason="nano_engine.prefix_cache not written yet")
-    _package_passes("131", _module(PrefixCachingBlockPool=prefix_cache.PrefixCachingBlockPool))
+    _package_passes("24", _module(PrefixCachingBlockPool=prefix_cache.PrefixCachingBlockPool))
 
 
-@pytest.mark.parametrize("number", ["104", "105"])
+@pytest.mark.parametrize("number", ["31", "32"])
 def test_radix_cache_passes_the_radix_exercises(number):
     radix = pytest.importorskip("nano_engine.radix", reason="nano_engine.radix not written yet")
     _package_passes(number, _module(RadixCache=radix.RadixCache))
@@ -142,7 +142,7 @@ def test_radix_cache_passes_the_radix_exercises(number):
 
 def test_workloads_hit_rate_passes_108():
     workloads = pytest.importorskip("nano_engine.workloads", reason="nano_engine.workloads not written yet")
-    _package_passes("108", _module(hit_rate=workloads.hit_rate))
+    _package_passes("41", _module(hit_rate=workloads.hit_rate))
 
 
 def test_a_package_class_with_a_bug_would_fail():
@@ -154,7 +154,7 @@ def test_a_package_class_with_a_bug_would_fail():
             for b in blocks:
                 super().free([b])
 
-    report = runner.run_tests(judge.get_exercise("102").tests, _module(PrefixCachingBlockPool=ForwardFree))
+    report = runner.run_tests(judge.get_exercise("22").tests, _module(PrefixCachingBlockPool=ForwardFree))
     assert report["verdict"] == "wrong answer"
 
 
@@ -166,22 +166,22 @@ def test_show_problem_renders_markdown():
     pytest.importorskip("IPython")
     from nano_engine.exercises import exercise_list, show_problem
 
-    text = show_problem(104).data
+    text = show_problem(31).data
     assert not text.startswith("---") and "title:" not in text.split("\n")[0]
     assert "*medium · chapter 03_radix_tree" in text
-    assert "# 104. Radix tree splits that inherit the lock" in text
+    assert "# 31. Radix tree splits that inherit the lock" in text
     assert "<summary>Explanation</summary>" in text, "folded, one click away, in a notebook"
     table = exercise_list("03_radix_tree").data
-    assert "| 104 |" in table and "| 105 |" in table and "| 101 |" not in table
+    assert "| 31 |" in table and "| 32 |" in table and "| 21 |" not in table
 
 
 def test_check_button_shows_verdicts(tmp_path):
     pytest.importorskip("ipywidgets")
     from nano_engine.exercises import check_button
 
-    wrong = judge.get_exercise("103").folder / "wrong" / "no_last_token_rule.py"
-    box = check_button(103, file=wrong, timeout=5)
-    assert "103_lookup_last_token/wrong/no_last_token_rule.py" in box.result.value
+    wrong = judge.get_exercise("23").folder / "wrong" / "no_last_token_rule.py"
+    box = check_button(23, file=wrong, timeout=5)
+    assert "23_lookup_last_token/wrong/no_last_token_rule.py" in box.result.value
     box.run_button.click()
     html = box.result.value
     assert "(examples only)" in html and "1 passed, 1 failed" in html
@@ -191,7 +191,7 @@ def test_check_button_shows_verdicts(tmp_path):
     assert "wrong answer" in box.result.value and "(examples only)" not in box.result.value
     assert "test_random_against_brute_force" in box.result.value
 
-    good = check_button(103, file=judge.get_exercise("103").solution)
+    good = check_button(23, file=judge.get_exercise("23").solution)
     good.check_button.click()
     assert "accepted" in good.result.value and "10 passed, 0 failed" in good.result.value
 
@@ -200,10 +200,10 @@ def test_check_button_without_a_file_says_how_to_start(tmp_path):
     pytest.importorskip("ipywidgets")
     from nano_engine.exercises import check_button
 
-    box = check_button(101, workspace=tmp_path)
-    assert "judge.py start 101" in box.result.value
+    box = check_button(21, workspace=tmp_path)
+    assert "judge.py start 21" in box.result.value
     box.check_button.click()
-    assert "no such file" in box.result.value and "judge.py start 101" in box.result.value
+    assert "no such file" in box.result.value and "judge.py start 21" in box.result.value
 
 
 def test_check_button_reports_a_timeout(tmp_path):
@@ -212,7 +212,7 @@ def test_check_button_reports_a_timeout(tmp_path):
 
     path = tmp_path / "spin.py"
     path.write_text("def block_hashes(token_ids, block_size):\n    while True:\n        pass\n")
-    box = check_button(101, file=path, timeout=0.5)
+    box = check_button(21, file=path, timeout=0.5)
     box.run_button.click()
     assert box.result.value.count("timeout") >= 2
     assert "your file line 2" in box.result.value or "your file line 3" in box.result.value

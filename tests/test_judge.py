@@ -68,7 +68,7 @@ def test_check_passes(workspace):
     assert problems == {}
     assert result["ok"] and proc.returncode == 0
     numbers = {r["exercise"] for r in result["exercises"]}
-    assert {"101", "102", "103", "104", "105", "106", "130", "131"} <= numbers
+    assert {"21", "22", "23", "31", "32", "51", "53", "24"} <= numbers
     for r in result["exercises"]:
         wrong = [f for f in r["files"] if f["file"].startswith("wrong/")]
         assert len(wrong) >= 3 and all(f["ok"] and f["caught_by"] for f in wrong), r["exercise"]
@@ -80,8 +80,8 @@ def test_check_reports_a_broken_exercise(tmp_path):
     exercise, swap its reference and one of its wrong variants, and check the copy."""
     import shutil
     root = tmp_path / "practice"
-    shutil.copytree(PRACTICE / "103_lookup_last_token", root / "103_lookup_last_token")
-    ex = judge.get_exercise("103", root=root)
+    shutil.copytree(PRACTICE / "23_lookup_last_token", root / "23_lookup_last_token")
+    ex = judge.get_exercise("23", root=root)
     shutil.copyfile(ex.solution, ex.folder / "wrong" / "not_wrong.py")
     shutil.copyfile(ex.folder / "wrong" / "no_last_token_rule.py", ex.solution)
     result = judge.check_exercise(ex, timeout=5)
@@ -96,15 +96,15 @@ def test_check_reports_a_broken_exercise(tmp_path):
 
 
 def test_solution_is_accepted_from_any_directory(tmp_path, workspace):
-    proc = run("solution", "101", workspace=workspace, cwd=tmp_path)
+    proc = run("solution", "21", workspace=workspace, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "verdict: accepted" in proc.stdout
     assert re.fullmatch(r"9 passed, 0 failed", last_line(proc))
 
 
 def test_wrong_answer_shows_line_expected_got_and_locals(workspace):
-    wrong = PRACTICE / "101_chained_block_hashes" / "wrong" / "no_parent.py"
-    proc = run("test", "101", "--file", str(wrong), workspace=workspace)
+    wrong = PRACTICE / "21_chained_block_hashes" / "wrong" / "no_parent.py"
+    proc = run("test", "21", "--file", str(wrong), workspace=workspace)
     assert proc.returncode == 1
     assert "wrong answer   test_parent_is_in_the_hash" in proc.stdout
     assert 'test.py line 26:  assert a[1] != c[1], "block [3, 4] after a different first block' in proc.stdout
@@ -112,7 +112,7 @@ def test_wrong_answer_shows_line_expected_got_and_locals(workspace):
     assert re.search(r"^\s+c\s+= \[-?\d+, -?\d+\]$", proc.stdout, re.M), "the test's locals are listed"
     assert last_line(proc) == "6 passed, 3 failed"
 
-    report = json.loads(run("test", "101", "--file", str(wrong), "--json", workspace=workspace).stdout)
+    report = json.loads(run("test", "21", "--file", str(wrong), "--json", workspace=workspace).stdout)
     assert report["verdict"] == "wrong answer" and report["summary"] == "6 passed, 3 failed"
     failed = next(t for t in report["tests"] if t["name"] == "test_repeated_blocks_hash_differently")
     assert failed["failure"]["expected"] == "3" and failed["failure"]["got"] == "1"
@@ -126,7 +126,7 @@ def test_runtime_error_points_at_the_readers_line(tmp_path, workspace):
             total = len(token_ids)
             return [total // (block_size - block_size)]
         """)
-    proc = run("test", "101", "--run", "--file", str(path), workspace=workspace)
+    proc = run("test", "21", "--run", "--file", str(path), workspace=workspace)
     assert proc.returncode == 1
     assert "runtime error  test_example_counts_full_blocks_only" in proc.stdout
     assert "ZeroDivisionError" in proc.stdout
@@ -138,7 +138,7 @@ def test_runtime_error_points_at_the_readers_line(tmp_path, workspace):
 
 
 def test_starter_is_a_runtime_error_that_says_so(workspace):
-    proc = run("test", "104", "--file", str(PRACTICE / "104_radix_split_lock" / "starter.py"), workspace=workspace)
+    proc = run("test", "31", "--file", str(PRACTICE / "31_radix_split_lock" / "starter.py"), workspace=workspace)
     assert proc.returncode == 1
     assert "this is still the starter's placeholder" in proc.stdout
     assert "verdict: runtime error" in proc.stdout
@@ -149,7 +149,7 @@ def test_syntax_error_is_a_compile_error(tmp_path, workspace):
         def block_hashes(token_ids, block_size:
             return []
         """)
-    proc = run("test", "101", "--file", str(path), workspace=workspace)
+    proc = run("test", "21", "--file", str(path), workspace=workspace)
     assert proc.returncode == 1
     assert "compile error: SyntaxError" in proc.stdout
     assert "your file line 1:  def block_hashes(token_ids, block_size:" in proc.stdout
@@ -163,14 +163,14 @@ def test_missing_function_and_method_are_named(tmp_path, workspace):
         def block_hash(token_ids, block_size):
             return []
         """)
-    proc = run("test", "101", "--file", str(path), workspace=workspace)
+    proc = run("test", "21", "--file", str(path), workspace=workspace)
     assert proc.returncode == 1
     assert "`block_hashes` is not defined (expected: def block_hashes(token_ids: list[int], block_size: int))" in proc.stdout
     assert "verdict: runtime error" in proc.stdout
 
-    source = (PRACTICE / "102_free_queue_lru" / "solution.py").read_text()
+    source = (PRACTICE / "22_free_queue_lru" / "solution.py").read_text()
     path = write(tmp_path / "no_touch.py", source.replace("def touch(", "def _touch("))
-    report = json.loads(run("test", "102", "--file", str(path), "--json", workspace=workspace).stdout)
+    report = json.loads(run("test", "22", "--file", str(path), "--json", workspace=workspace).stdout)
     assert report["verdict"] == "runtime error"
     assert "class `PrefixCachingBlockPool` has no method `touch`" in report["load_error"]["message"]
 
@@ -180,7 +180,7 @@ def test_module_level_exception_is_a_runtime_error(tmp_path, workspace):
         print("loading")
         x = undefined_name + 1
         """)
-    report = json.loads(run("test", "101", "--file", str(path), "--json", workspace=workspace).stdout)
+    report = json.loads(run("test", "21", "--file", str(path), "--json", workspace=workspace).stdout)
     assert report["verdict"] == "runtime error"
     assert report["load_error"]["message"].startswith("NameError")
     assert report["load_error"]["lineno"] == 2
@@ -195,7 +195,7 @@ def test_endless_loop_is_a_timeout_with_the_line_it_was_stuck_on(tmp_path, works
                 hashes.append(i)
             return hashes
         """)
-    proc = run("test", "101", "--run", "--timeout", "0.5", "--file", str(path), workspace=workspace)
+    proc = run("test", "21", "--run", "--timeout", "0.5", "--file", str(path), workspace=workspace)
     assert proc.returncode == 1
     assert proc.stdout.count("timeout        test_example") == 2
     assert "did not finish within 0.5 s" in proc.stdout
@@ -206,11 +206,11 @@ def test_endless_loop_is_a_timeout_with_the_line_it_was_stuck_on(tmp_path, works
 
 
 def test_tests_after_a_timeout_still_run(tmp_path, workspace):
-    reference = (PRACTICE / "101_chained_block_hashes" / "solution.py").read_text()
+    reference = (PRACTICE / "21_chained_block_hashes" / "solution.py").read_text()
     path = write(tmp_path / "loops_once.py", reference.replace(
         "    hashes, parent = [], None\n",
         "    hashes, parent = [], None\n    while len(token_ids) == 48:\n        pass\n"))
-    report = json.loads(run("test", "101", "--timeout", "1", "--file", str(path), "--json", workspace=workspace).stdout)
+    report = json.loads(run("test", "21", "--timeout", "1", "--file", str(path), "--json", workspace=workspace).stdout)
     verdicts = {t["name"]: t["verdict"] for t in report["tests"]}
     assert verdicts.pop("test_block_size_one_and_exact_multiple") == "timeout"
     assert set(verdicts.values()) == {"accepted"}, "the tests after the timeout ran in a fresh process"
@@ -219,7 +219,7 @@ def test_tests_after_a_timeout_still_run(tmp_path, workspace):
 
 def test_endless_loop_at_module_level_is_a_timeout(tmp_path, workspace):
     path = write(tmp_path / "spin.py", "while True:\n    pass\n")
-    report = json.loads(run("test", "101", "--run", "--timeout", "0.5", "--file", str(path), "--json",
+    report = json.loads(run("test", "21", "--run", "--timeout", "0.5", "--file", str(path), "--json",
                             workspace=workspace).stdout)
     assert report["verdict"] == "timeout"
     assert report["load_error"]["where"]["lineno"] in (1, 2)
@@ -232,7 +232,7 @@ def test_a_process_that_dies_is_a_runtime_error_per_test(tmp_path, workspace):
         def block_hashes(token_ids, block_size):
             os._exit(7)
         """)
-    report = json.loads(run("test", "101", "--run", "--file", str(path), "--json", workspace=workspace).stdout)
+    report = json.loads(run("test", "21", "--run", "--file", str(path), "--json", workspace=workspace).stdout)
     assert [t["verdict"] for t in report["tests"]] == ["runtime error", "runtime error"]
     assert all("the Python process ended during this test (exit code 7)" in t["message"] for t in report["tests"])
 
@@ -244,7 +244,7 @@ def test_sys_exit_inside_a_test_is_a_runtime_error(tmp_path, workspace):
             print("leaving")
             sys.exit(3)
         """)
-    report = json.loads(run("test", "101", "--run", "--file", str(path), "--json", workspace=workspace).stdout)
+    report = json.loads(run("test", "21", "--run", "--file", str(path), "--json", workspace=workspace).stdout)
     first = report["tests"][0]
     assert first["verdict"] == "runtime error" and first["message"] == "SystemExit: 3"
     assert first["stdout"] == "leaving\n"
@@ -252,19 +252,19 @@ def test_sys_exit_inside_a_test_is_a_runtime_error(tmp_path, workspace):
 
 
 def test_exit_codes(workspace):
-    assert run("solution", "103", workspace=workspace).returncode == 0
-    wrong = PRACTICE / "103_lookup_last_token" / "wrong" / "skips_misses.py"
-    assert run("test", "103", "--file", str(wrong), workspace=workspace).returncode == 1
+    assert run("solution", "23", workspace=workspace).returncode == 0
+    wrong = PRACTICE / "23_lookup_last_token" / "wrong" / "skips_misses.py"
+    assert run("test", "23", "--file", str(wrong), workspace=workspace).returncode == 1
     unknown = run("test", "999", workspace=workspace)
     assert unknown.returncode == 2 and "no exercise '999'" in unknown.stderr
-    missing = run("test", "103", workspace=workspace)
-    assert missing.returncode == 2 and "judge.py start 103" in missing.stderr
-    as_json = run("test", "103", "--json", workspace=workspace)
+    missing = run("test", "23", workspace=workspace)
+    assert missing.returncode == 2 and "judge.py start 23" in missing.stderr
+    as_json = run("test", "23", "--json", workspace=workspace)
     assert as_json.returncode == 2 and "error" in json.loads(as_json.stdout)
 
 
 def test_examples_only_runs_the_example_tests(workspace):
-    report = json.loads(run("solution", "105", "--run", "--json", workspace=workspace).stdout)
+    report = json.loads(run("solution", "32", "--run", "--json", workspace=workspace).stdout)
     names = [t["name"] for t in report["tests"]]
     assert names and all(n.startswith("test_example") for n in names)
     assert report["mode"] == "examples"
@@ -275,24 +275,24 @@ def test_examples_only_runs_the_example_tests(workspace):
 
 
 def test_start_copies_the_starter_and_never_overwrites_without_force(workspace):
-    ex = judge.get_exercise("101")
-    target = workspace / "101_chained_block_hashes.py"
-    proc = run("start", "101", workspace=workspace)
+    ex = judge.get_exercise("21")
+    target = workspace / "21_chained_block_hashes.py"
+    proc = run("start", "21", workspace=workspace)
     assert proc.returncode == 0
     assert target.read_text() == ex.starter.read_text()
-    assert "# 101. Chained block hashes" in proc.stdout
+    assert "# 21. Chained block hashes" in proc.stdout
     assert "## Worked examples" in proc.stdout
     assert "Attention makes the KV of a token" not in proc.stdout, "the explanation stays hidden"
 
     target.write_text("# my work\n")
-    proc = run("start", "101", workspace=workspace)
+    proc = run("start", "21", workspace=workspace)
     assert proc.returncode == 0 and "kept your existing file" in proc.stdout
     assert target.read_text() == "# my work\n"
 
-    proc = run("start", "101", "--force", workspace=workspace)
+    proc = run("start", "21", "--force", workspace=workspace)
     assert proc.returncode == 0
     assert target.read_text() == ex.starter.read_text()
-    assert (workspace / "101_chained_block_hashes.py.bak").read_text() == "# my work\n"
+    assert (workspace / "21_chained_block_hashes.py.bak").read_text() == "# my work\n"
 
 
 def test_list_shows_status_and_remembers_acceptance(workspace):
@@ -301,21 +301,37 @@ def test_list_shows_status_and_remembers_acceptance(workspace):
     assert {r["status"] for r in rows} == {"not started"}
     assert all(r["title"] and r["difficulty"] and r["chapter"] for r in rows)
 
-    run("start", "103", workspace=workspace)
-    mine = workspace / "103_lookup_last_token.py"
-    mine.write_text((PRACTICE / "103_lookup_last_token" / "solution.py").read_text())
+    run("start", "23", workspace=workspace)
+    mine = workspace / "23_lookup_last_token.py"
+    mine.write_text((PRACTICE / "23_lookup_last_token" / "solution.py").read_text())
     status = {r["number"]: r["status"] for r in json.loads(run("list", "--json", workspace=workspace).stdout)}
-    assert status["103"] == "started"
-    assert run("test", "103", "--run", workspace=workspace).returncode == 0
+    assert status["23"] == "started"
+    assert run("test", "23", "--run", workspace=workspace).returncode == 0
     status = {r["number"]: r["status"] for r in json.loads(run("list", "--json", workspace=workspace).stdout)}
-    assert status["103"] == "started", "passing the examples is not acceptance"
-    assert run("test", "103", workspace=workspace).returncode == 0
+    assert status["23"] == "started", "passing the examples is not acceptance"
+    assert run("test", "23", workspace=workspace).returncode == 0
     text = run("list", workspace=workspace).stdout
-    assert re.search(r"^\s*103\s+Lookup with the last-token rule\s+easy\s+02_prefix_cache_hashed_blocks\s+accepted$",
+    assert re.search(r"^\s*23\s+Lookup with the last-token rule\s+easy\s+02_prefix_cache_hashed_blocks\s+accepted$",
                      text, re.M)
     mine.write_text(mine.read_text() + "\n# tidied up\n")
     status = {r["number"]: r["status"] for r in json.loads(run("list", "--json", workspace=workspace).stdout)}
-    assert status["103"] == "accepted (edited since)"
+    assert status["23"] == "accepted (edited since)"
+
+
+def test_old_numbers_are_aliases(workspace):
+    """The exercises were renumbered (101 -> 21, ...): old numbers, old folder names and a workspace
+    file started under the old name keep working."""
+    assert judge.get_exercise("101").name == "21_chained_block_hashes"
+    assert judge.get_exercise("101_chained_block_hashes").number == "21"
+    assert judge.get_exercise(1).number == judge.get_exercise("100").number == "01"
+    workspace.mkdir()
+    legacy = workspace / "103_lookup_last_token.py"
+    legacy.write_text((PRACTICE / "23_lookup_last_token" / "solution.py").read_text())
+    proc = run("test", "103", workspace=workspace)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "103_lookup_last_token.py" in proc.stdout
+    status = {r["number"]: r["status"] for r in json.loads(run("list", "--json", workspace=workspace).stdout)}
+    assert status["23"] == "accepted"
 
 
 def test_doctor(workspace):
@@ -345,7 +361,7 @@ def test_runner_core_needs_no_subprocess():
 
 
 def test_judge_in_process():
-    ex = judge.get_exercise("105")
+    ex = judge.get_exercise("32")
     report = runner.judge_in_process(ex.tests, ex.solution, ex.starter)
     assert report["verdict"] == "accepted" and report["failed"] == 0
     wrong = runner.judge_in_process(ex.tests, ex.folder / "wrong" / "no_parent_push.py", ex.starter, examples_only=True)
