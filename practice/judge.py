@@ -27,6 +27,7 @@ import concurrent.futures
 import dataclasses
 import doctest
 import hashlib
+import hmac
 import importlib.metadata
 import importlib.util
 import json
@@ -34,6 +35,7 @@ import os
 import platform
 import queue
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -46,23 +48,27 @@ from pathlib import Path
 PRACTICE = Path(__file__).resolve().parent
 
 
-def _load_runner():
-    """Import runner.py from next to this file without putting practice/ on sys.path (the
+def _load_sibling(name: str, file: str):
+    """Import a file from next to this one without putting practice/ on sys.path (the
     notebook kernel imports this module too, and should not see a top-level `runner`)."""
-    spec = importlib.util.spec_from_file_location("practice_runner", PRACTICE / "runner.py")
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, PRACTICE / file)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
 
 
-runner = sys.modules.get("practice_runner") or _load_runner()   # the test-running core
+runner = _load_sibling("practice_runner", "runner.py")       # the test-running core
+mutation = _load_sibling("practice_mutation", "mutation.py")   # mutation testing of the exercises
 
 DEFAULT_TIMEOUT = 10.0       # seconds per test
 DEFAULT_MEMORY_MB = 2048     # address-space limit of the child process (where the OS supports it)
+IMPORT_LIMIT = 180.0         # the libraries test.py imports (torch: seconds on a busy machine) load before the clock starts
 STARTUP_GRACE = 3.0          # the child's own watchdog fires first; this catches a child that cannot
-MAX_TIMEOUTS = 2             # after this many timed-out tests, the rest are not run
 STATUS_FILE = ".judge_status.json"
+SEAL_FILE = "SHA256SUMS"     # shipped hashes of runner.py and every test.py (`judge.py seal` writes it)
 NOT_RUN = "not run"
 EXPLANATION = re.compile(r"<details>\s*<summary>\s*Explanation.*?</details>\s*", re.S | re.I)
 
@@ -112,7 +118,18 @@ class Exercise:
 
     @property
     def wrong_variants(self) -> list[Path]:
+        """Whole-file wrong variants (mistakes that really rewrite the code)."""
         return sorted((self.folder / "wrong").glob("*.py"))
+
+    @property
+    def mistakes(self) -> list[dict]:
+        """The classic mistakes stored as edits of solution.py (mistakes.py's MISTAKES)."""
+        path = self.folder / "mistakes.py"
+        if not path.exists():
+            return []
+        namespace: dict = {}
+        exec(compile(path.read_text(encoding="utf-8"), str(path), "exec"), namespace)
+        return list(namespace.get("MISTAKES", []))
 
     @property
     def old_name(self) -> str | None:
@@ -180,6 +197,24 @@ def get_exercise(key: str | int, root: Path = PRACTICE) -> Exercise:
     raise UsageError(f"no exercise {key!r}; known: {known} (see `judge.py list`)")
 
 
+def apply_mistake(ex: Exercise, mistake: dict) -> str:
+    """solution.py with one mistake's edit applied; its ``old`` text must occur exactly once."""
+    source = ex.solution.read_text(encoding="utf-8")
+    count = source.count(mistake["old"])
+    if count != 1:
+        raise ValueError(f"mistake {mistake.get('name')!r}: its `old` text occurs {count} times in "
+                         f"{ex.name}/solution.py (must be exactly once)")
+    return source.replace(mistake["old"], mistake["new"])
+
+
+def mistake_diff(ex: Exercise, mistake: dict) -> str:
+    """The mistake as a unified diff against the reference (what a reader looks at)."""
+    import difflib
+    before = ex.solution.read_text(encoding="utf-8").splitlines(keepends=True)
+    after = apply_mistake(ex, mistake).splitlines(keepends=True)
+    return "".join(difflib.unified_diff(before, after, "solution.py", f"mistake: {mistake['name']}", n=1))
+
+
 # --------------------------------------------------------------------------------------------
 # The reader's workspace and remembered results
 
@@ -199,10 +234,11 @@ def load_status(workspace: Path) -> dict:
         return {}
 
 
-def remember_accepted(workspace: Path, ex: Exercise, path: Path) -> None:
+def remember_accepted(workspace: Path, ex: Exercise, path: Path, judged: dict | None = None) -> None:
+    """Record an acceptance with what was judged (the file's hash, test.py's and the runner's)."""
     status = load_status(workspace)
     status[ex.number] = {"status": "accepted", "sha256": _digest(path),
-                         "when": time.strftime("%Y-%m-%d %H:%M:%S")}
+                         "when": time.strftime("%Y-%m-%d %H:%M:%S"), **(judged or {})}
     workspace.mkdir(parents=True, exist_ok=True)
     (workspace / STATUS_FILE).write_text(json.dumps(status, indent=1), encoding="utf-8")
 
@@ -254,39 +290,99 @@ def _kill(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def load_seal(root: Path = PRACTICE) -> dict[str, str]:
+    """The shipped hashes (practice/SHA256SUMS: "<sha256>  <path under practice/>" per line)."""
+    try:
+        lines = (root / SEAL_FILE).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return {}
+    return {path: digest for digest, _, path in (line.partition("  ") for line in lines) if path}
+
+
+def sealed_files(root: Path = PRACTICE) -> list[Path]:
+    """What the seal covers: the runner, and every exercise's test.py."""
+    return [root / "runner.py"] + [ex.tests for ex in find_exercises(root) if ex.tests.exists()]
+
+
+def write_seal(root: Path = PRACTICE) -> Path:
+    """Record the hashes of the files the verdicts depend on (`judge.py seal`, run by authors)."""
+    lines = [f"{_sha(p.read_bytes())}  {p.relative_to(root).as_posix()}" for p in sealed_files(root)]
+    (root / SEAL_FILE).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return root / SEAL_FILE
+
+
+def _seal_key(path: Path) -> str:
+    """The seal's key for a test.py: its exercise folder and name (a copied folder keeps its key)."""
+    return f"{path.parent.name}/{path.name}"
+
+
+def _read_event(line: str, secret: str) -> dict | None:
+    """A protocol line's event, or None when its signature is not the runner's."""
+    mac, _, text = line.rstrip("\n").partition(" ")
+    if not hmac.compare_digest(mac, runner.sign(secret, text)):
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
 def judge_file(ex: Exercise, path: str | os.PathLike, *, examples_only: bool = False,
                timeout: float = DEFAULT_TIMEOUT, memory_mb: int | None = DEFAULT_MEMORY_MB,
                check_interface: bool = True) -> dict:
     """Run exercise ``ex``'s tests on the file at ``path`` in a child process; return the report.
 
-    Each test gets ``timeout`` seconds. A test that times out or kills its process is recorded and
-    the remaining tests continue in a fresh process (up to MAX_TIMEOUTS timeouts).
+    The verdict is decided here, from the child's signed events and the list of tests this
+    process read from test.py itself: a test without a result is not a pass. Each test gets
+    ``timeout`` seconds; after the first timeout (or a crash) the tests not yet run are skipped
+    with a note -- an endless loop costs one time limit, not one per test. The report records
+    what was judged: hashes of the file, test.py and the runner, and whether those two are the
+    shipped ones (``sealed``).
     """
+    if not timeout > 0:
+        raise UsageError(f"--timeout must be a positive number of seconds, got {timeout:g}")
     path = Path(path).resolve()
-    base = {"exercise": ex.number, "title": ex.title, "file": str(path),
-            "mode": "examples" if examples_only else "all", "timeout": timeout}
     if not path.is_file():
         raise UsageError(f"no such file: {path} (run `python practice/judge.py start {ex.number}` "
                          "first, or pass --file)")
+    tests_bytes, runner_bytes = ex.tests.read_bytes(), (PRACTICE / "runner.py").read_bytes()
+    tests_source = tests_bytes.decode("utf-8")
+    seal = load_seal()
+    judged = {"file_sha256": _sha(path.read_bytes()), "tests_sha256": _sha(tests_bytes),
+              "runner_sha256": _sha(runner_bytes)}
+    judged["sealed"] = (seal.get(_seal_key(ex.tests)) == judged["tests_sha256"]
+                        and seal.get("runner.py") == judged["runner_sha256"])
+    base = {"exercise": ex.number, "title": ex.title, "file": str(path),
+            "mode": "examples" if examples_only else "all", "timeout": timeout, "judged": judged}
     names = runner.list_test_names(ex.tests, examples_only=examples_only)
     results: dict[str, dict] = {}
     remaining = list(names)
-    timeouts, load_error, not_run_reason = 0, None, "not found in test.py"
+    load_error, not_run_reason, unsigned = None, "not found in test.py", 0
     stderr_text = ""
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8"}
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8", "PYTHONBREAKPOINT": "0"}
     while remaining and load_error is None:
-        spec = {"tests": str(ex.tests), "solution": str(path), "only": remaining,
-                "starter": str(ex.starter) if check_interface else None,
-                "examples_only": examples_only, "timeout": timeout, "memory_mb": memory_mb}
+        secret = secrets.token_hex(32)
+        spec = {"tests": str(ex.tests), "tests_source": tests_source, "solution": str(path), "only": remaining,
+                "starter": str(ex.starter) if check_interface else None, "examples_only": examples_only,
+                "timeout": timeout, "memory_mb": memory_mb, "secret": secret,
+                "runner_path": str(PRACTICE / "runner.py"), "runner_source": runner_bytes.decode("utf-8")}
         with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as err:
-            proc = subprocess.Popen([sys.executable, str(PRACTICE / "runner.py"), json.dumps(spec)],
-                                    stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL,
-                                    cwd=str(path.parent), env=env, text=True, encoding="utf-8",
-                                    errors="replace", start_new_session=(os.name == "posix"))
+            proc = subprocess.Popen([sys.executable, "-c", runner.BOOTSTRAP], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=err, cwd=str(path.parent), env=env, text=True,
+                                    encoding="utf-8", errors="replace", start_new_session=(os.name == "posix"))
+            try:
+                proc.stdin.write(json.dumps(spec) + "\n")
+                proc.stdin.close()
+            except OSError:
+                pass   # the child died at once; reported below as a process that ended
             lines: queue.Queue = queue.Queue()
             threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
             current, ready, ending = None, False, None
-            deadline = time.monotonic() + timeout + STARTUP_GRACE
+            deadline = time.monotonic() + IMPORT_LIMIT
             while ending is None:
                 try:
                     line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
@@ -296,29 +392,35 @@ def judge_file(ex: Exercise, path: str | os.PathLike, *, examples_only: bool = F
                 if line is None:
                     ending = {"event": "died"}
                     break
-                try:
-                    event = json.loads(line)
-                except ValueError:
+                event = _read_event(line, secret)
+                if event is None:
+                    unsigned += 1   # written by the reader's code, not by the runner
                     continue
                 kind = event.pop("event")
-                if kind == "load_error":
+                if kind == "imported":
+                    deadline = time.monotonic() + timeout + STARTUP_GRACE
+                elif kind == "load_error":
                     load_error = event
                     ending = {"event": "done"}
                 elif kind == "ready":
-                    ready = True
+                    ready = event.get("tests") == remaining
+                    if not ready:
+                        ending = {"event": "died"}
                     deadline = time.monotonic() + timeout + STARTUP_GRACE
-                elif kind == "start":
+                elif kind == "start" and ready and current is None and event.get("test") in remaining:
                     current = event["test"]
                     deadline = time.monotonic() + timeout + STARTUP_GRACE
-                elif kind == "result":
-                    results[event["name"]] = event
-                    remaining.remove(event["name"])
+                elif kind == "result" and current is not None and event.get("name") == current:
+                    results[current] = event
+                    remaining.remove(current)
                     current = None
-                elif kind in ("timeout", "done"):
+                elif kind == "timeout" and event.get("test") == current:
                     ending = {"event": kind, **event}
+                elif kind == "done" and ready:
+                    ending = {"event": kind}
             _kill(proc)
             err.seek(0)
-            stderr_text = (stderr_text + err.read())[-4000:]
+            stderr_text = (stderr_text + err.read(200_000))[-4000:]
         if ending["event"] == "done":
             break
         if not ready:   # the file itself hung or killed the process while loading
@@ -335,20 +437,20 @@ def judge_file(ex: Exercise, path: str | os.PathLike, *, examples_only: bool = F
             break
         remaining.remove(current)
         if ending["event"] == "timeout":
-            timeouts += 1
             where = ending.get("where")
             failure = {"yours" if where and where["file"] == "your file" else "test": where} if where else None
             results[current] = {"name": current, "verdict": runner.TIMEOUT, "failure": failure,
                                 "message": f"did not finish within {timeout:g} s (an endless loop?)",
                                 "seconds": timeout}
-            if timeouts >= MAX_TIMEOUTS:
-                not_run_reason = f"stopped after {MAX_TIMEOUTS} timeouts"
-                break
+            not_run_reason = (f"skipped after the timeout in {current} (fix that one first; "
+                              "each further endless loop would cost another time limit)")
         else:
             results[current] = {"name": current, "verdict": runner.RUNTIME, "failure": None,
                                 "message": f"the Python process ended during this test (exit code "
                                            f"{proc.returncode}): os._exit(), a crash, or out of memory",
                                 "seconds": 0.0}
+            not_run_reason = f"skipped after the Python process ended in {current}"
+        break
     if load_error is not None:
         report = {**base, **runner.not_run_report(names, load_error)}
     else:
@@ -356,6 +458,8 @@ def judge_file(ex: Exercise, path: str | os.PathLike, *, examples_only: bool = F
                                     "message": f"not run: {not_run_reason}"}
                  for n in names]
         report = {**base, **runner.summarize(tests), "tests": tests}
+    if unsigned:
+        report["unsigned_lines"] = unsigned
     if stderr_text.strip():
         report["stderr"] = stderr_text.strip()[-1500:]
     return report
@@ -417,6 +521,13 @@ def format_report(report: dict) -> str:
     if report.get("stderr") and (load_error or any(t["verdict"] == runner.RUNTIME for t in report["tests"])):
         lines += ["", "  output on stderr (last lines):"]
         lines += ["    " + s for s in report["stderr"].splitlines()[-10:]]
+    judged = report.get("judged") or {}
+    if report.get("unsigned_lines"):
+        lines += ["", f"  note: {report['unsigned_lines']} line(s) on the judge's channel were not written by the "
+                      "runner and were ignored"]
+    if judged and not judged.get("sealed"):
+        lines += ["", "  note: test.py or runner.py differs from the shipped version (practice/SHA256SUMS): "
+                      "this verdict is not recorded"]
     lines += ["", f"verdict: {_color(report['verdict'], VERDICT_COLOR.get(report['verdict'], '0'))}",
               report["summary"]]
     return "\n".join(lines)
@@ -469,8 +580,12 @@ def worked_examples(ex: Exercise) -> doctest.TestResults:
     return result
 
 
-def check_exercise(ex: Exercise, timeout: float = DEFAULT_TIMEOUT) -> dict:
-    """Everything `check` verifies about one exercise; problems are listed in "problems"."""
+def check_exercise(ex: Exercise, timeout: float = DEFAULT_TIMEOUT, mutate: bool = True) -> dict:
+    """Everything `check` verifies about one exercise; problems are listed in "problems".
+
+    The reference is accepted; the starter, every whole-file wrong variant and every mistake of
+    mistakes.py are rejected; the worked examples agree; and (``mutate``) every mutant of the
+    reference is killed by some test or declared equivalent."""
     problems = []
     meta, body = parse_front_matter(ex.problem.read_text(encoding="utf-8"))
     for key in ("title", "chapter", "difficulty", "tags"):
@@ -491,27 +606,46 @@ def check_exercise(ex: Exercise, timeout: float = DEFAULT_TIMEOUT) -> dict:
     except Exception as exc:
         examples_run = 0
         problems.append(f"a worked example in problem.md disagrees with the reference:\n{exc}")
-    files = [("reference", ex.solution), ("starter", ex.starter)] + [
-        (f"wrong/{p.name}", p) for p in ex.wrong_variants]
-    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        reports = list(pool.map(lambda item: judge_file(ex, item[1], timeout=timeout), files))
+    with tempfile.TemporaryDirectory(prefix="judge_mistakes_") as scratch:
+        files = [("reference", ex.solution, ""), ("starter", ex.starter, "")] + [
+            (f"wrong/{p.name}", p, _first_docstring_line(p)) for p in ex.wrong_variants]
+        for mistake in ex.mistakes:   # generated into a file only now, to be judged
+            try:
+                generated = Path(scratch) / f"{mistake['name']}.py"
+                generated.write_text(apply_mistake(ex, mistake), encoding="utf-8")
+                files.append((f"mistake {mistake['name']}", generated, mistake.get("explain", "")))
+            except (ValueError, KeyError) as exc:
+                problems.append(f"mistakes.py: {exc}")
+        with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+            reports = list(pool.map(lambda item: judge_file(ex, item[1], timeout=timeout), files))
     rows = []
-    for (label, path), report in zip(files, reports):
+    for (label, _, explain), report in zip(files, reports):
         expected_accepted = label == "reference"
         ok = (report["verdict"] == runner.ACCEPTED) == expected_accepted
-        if label.startswith("wrong/") and report["verdict"] == runner.COMPILE:
+        if label not in ("reference", "starter") and report["verdict"] == runner.COMPILE:
             ok = False   # a wrong variant must be wrong in behaviour, not broken Python
-        caught_by = [t["name"] for t in report["tests"] if t["verdict"] != runner.ACCEPTED]
+        caught_by = [t["name"] for t in report["tests"] if t["verdict"] not in (runner.ACCEPTED, NOT_RUN)]
         rows.append({"file": label, "verdict": report["verdict"], "summary": report["summary"],
-                     "ok": ok, "caught_by": [] if expected_accepted else caught_by,
-                     "mistake": _first_docstring_line(path) if label.startswith("wrong/") else ""})
+                     "ok": ok, "caught_by": [] if expected_accepted else caught_by, "mistake": explain})
         if not ok:
             want = "accepted" if expected_accepted else "rejected"
             problems.append(f"{label}: expected {want}, got {report['verdict']} ({report['summary']})")
-    if len(ex.wrong_variants) < 3:
-        problems.append(f"only {len(ex.wrong_variants)} known-wrong variants (want at least 3)")
-    return {"exercise": ex.number, "title": ex.title, "ok": not problems, "problems": problems,
-            "examples": len(examples), "worked_examples": examples_run, "files": rows}
+    if len(ex.wrong_variants) + len(ex.mistakes) < 3:
+        problems.append(f"only {len(ex.wrong_variants) + len(ex.mistakes)} known mistakes (want at least 3)")
+    seal = load_seal(ex.folder.parent)
+    if ex.folder.parent == PRACTICE and seal.get(_seal_key(ex.tests)) != _sha(ex.tests.read_bytes()):
+        problems.append("test.py is not sealed as it is: run `python practice/judge.py seal` after editing it")
+    result = {"exercise": ex.number, "title": ex.title, "ok": not problems, "problems": problems,
+              "examples": len(examples), "worked_examples": examples_run, "files": rows}
+    if mutate:
+        mutants = mutation.mutate_exercise(ex, runner, judge_file)
+        result["mutation"] = {k: v for k, v in mutants.items() if k != "mutants"}
+        for mid in mutants["survivors"]:
+            problems.append(f"mutant survives every test: {mid}")
+        for mid in mutants["stale_declarations"]:
+            problems.append(f"{mutation.EQUIVALENT_FILE}: {mid!r} is not a surviving mutant (any more)")
+        result["ok"] = not problems
+    return result
 
 
 def _first_docstring_line(path: Path) -> str:
@@ -520,6 +654,11 @@ def _first_docstring_line(path: Path) -> str:
     except SyntaxError:
         return ""
     return doc.strip().splitlines()[0] if doc.strip() else ""
+
+
+def _mutation_line(r: dict) -> str:
+    return (f"{r['exercise']}: {r['generated']} mutants, {r['killed']} killed, {len(r['equivalent'])} declared "
+            f"equivalent, {len(r['survivors'])} surviving ({r['seconds']:.1f} s, {r['time_limit']:g} s limit each)")
 
 
 # --------------------------------------------------------------------------------------------
@@ -577,9 +716,34 @@ def _print_json(data: object) -> None:
     print(json.dumps(data, indent=1))
 
 
+def positive_seconds(text: str) -> float:
+    """argparse type of --timeout: a number of seconds above zero."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
+
+
+COMMANDS = ("list", "start", "test", "solution", "mistakes", "check", "mutate", "seal", "doctor")
+
+
 def main(argv: list[str] | None = None) -> int:
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(errors="replace")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    first = next((a for a in argv if not a.startswith("-")), None)
+    if first is not None and first not in COMMANDS and argv.index(first) == 0:
+        try:   # `judge.py 21`: the reader meant to test exercise 21
+            ex = get_exercise(first)
+            print(f"judge.py: {first!r} is an exercise, not a command; did you mean\n"
+                  f"    python practice/judge.py test {ex.number}      (judge your file)\n"
+                  f"    python practice/judge.py start {ex.number}     (begin it)", file=sys.stderr)
+            return 2
+        except UsageError:
+            pass
     parser = argparse.ArgumentParser(prog="judge.py", description=__doc__.split("\n\n")[0],
                                      epilog="\n\n".join(__doc__.split("\n\n")[1:3]),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -602,14 +766,21 @@ def main(argv: list[str] | None = None) -> int:
     for name, help_text in [("test", "judge your file"), ("solution", "judge the reference solution")]:
         p = add(name, help_text, exercise=True)
         p.add_argument("--run", action="store_true", help="only the examples (test_example*)")
-        p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per test (default 10)")
+        p.add_argument("--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT,
+                       help="seconds per test (default 10)")
         p.add_argument("--memory", type=int, default=DEFAULT_MEMORY_MB, help="memory limit in MiB (default 2048)")
         if name == "test":
             p.add_argument("--file", help="judge this file instead of the workspace file")
         else:
             p.add_argument("--show", action="store_true", help="also print the reference code")
-    p = add("check", "verify every exercise: reference accepted, starter and wrong variants rejected")
-    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help=argparse.SUPPRESS)
+    add("mistakes", "the classic mistakes of an exercise, each as a diff of the reference", exercise=True)
+    p = add("check", "verify every exercise: reference accepted, starter and mistakes rejected, no surviving mutant")
+    p.add_argument("--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT, help=argparse.SUPPRESS)
+    p.add_argument("--no-mutate", action="store_true", help="skip mutation testing (faster)")
+    p = add("mutate", "mutation testing: every mutant of the reference must fail some test")
+    p.add_argument("exercise", nargs="?", help="one exercise (default: all)")
+    p.add_argument("--all-mutants", action="store_true", help="list every mutant, not only survivors")
+    add("seal", "record the hashes of runner.py and every test.py (after editing a test)", json_flag=False)
     add("doctor", "Python, packages and tools the practice needs")
     args = parser.parse_args(argv)
     workspace = workspace_dir(args.workspace)
@@ -662,10 +833,11 @@ def _dispatch(args: argparse.Namespace, workspace: Path) -> int:
         else:
             path = Path(args.file) if args.file else ex.workspace_file(workspace)
         report = judge_file(ex, path, examples_only=args.run, timeout=args.timeout, memory_mb=args.memory)
-        accepted = report["verdict"] == runner.ACCEPTED
+        accepted = report["verdict"] == runner.ACCEPTED and report["judged"]["sealed"]
         if (args.command == "test" and accepted and not args.run
                 and Path(path).resolve() == ex.workspace_file(workspace).resolve()):
-            remember_accepted(workspace, ex, Path(path))
+            remember_accepted(workspace, ex, Path(path), report["judged"])
+            report["recorded"] = True
         if args.json:
             _print_json(report)
         else:
@@ -674,8 +846,43 @@ def _dispatch(args: argparse.Namespace, workspace: Path) -> int:
             print(format_report(report))
         return 0 if accepted else 1
 
+    if args.command == "mistakes":
+        ex = get_exercise(args.exercise)
+        rows = [{"name": m["name"], "explain": m.get("explain", ""), "diff": mistake_diff(ex, m)} for m in ex.mistakes]
+        rows += [{"name": p.stem, "explain": _first_docstring_line(p), "file": str(p)} for p in ex.wrong_variants]
+        if args.json:
+            _print_json(rows)
+        else:
+            for r in rows:
+                print(f"## {r['name']}: {r['explain']}")
+                print(r.get("diff") or f"(a whole rewrite: {_display_path(r['file'])})")
+        return 0
+
+    if args.command == "seal":
+        print(f"wrote {_display_path(write_seal())}")
+        return 0
+
+    if args.command == "mutate":
+        chosen = [get_exercise(args.exercise)] if args.exercise else find_exercises()
+        results = [mutation.mutate_exercise(ex, runner, judge_file) for ex in chosen]
+        ok = all(not r["survivors"] and not r["stale_declarations"] for r in results)
+        if args.json:
+            _print_json({"ok": ok, "exercises": results})
+        else:
+            for r in results:
+                print(_mutation_line(r))
+                for m in r["mutants"]:
+                    if args.all_mutants or not (m["killed"] or "equivalent" in m):
+                        state = ("killed by " + str(m["by"])) if m["killed"] else (
+                            "equivalent: " + m["equivalent"] if "equivalent" in m else "SURVIVES")
+                        print(f"       line {m['line']:>3}  {m['id']}  -- {state}")
+                for mid in r["stale_declarations"]:
+                    print(f"     ! {mutation.EQUIVALENT_FILE} declares {mid!r}, which is not a surviving mutant")
+            print(f"\n{'no surviving mutants' if ok else 'surviving mutants (write a test, or declare them equivalent)'}")
+        return 0 if ok else 1
+
     if args.command == "check":
-        results = [check_exercise(ex, timeout=args.timeout) for ex in find_exercises()]
+        results = [check_exercise(ex, timeout=args.timeout, mutate=not args.no_mutate) for ex in find_exercises()]
         ok = bool(results) and all(r["ok"] for r in results)
         if args.json:
             _print_json({"ok": ok, "exercises": results})
@@ -683,7 +890,7 @@ def _dispatch(args: argparse.Namespace, workspace: Path) -> int:
             for r in results:
                 mark = "ok  " if r["ok"] else "FAIL"
                 files = r.get("files", [])
-                wrong = [f for f in files if f["file"].startswith("wrong/")]
+                wrong = [f for f in files if f["file"] not in ("reference", "starter")]
                 print(f"{mark} {r['exercise']} {r.get('title', '')}: "
                       f"reference {files[0]['verdict'] if files else '?'}, "
                       f"starter {'rejected' if len(files) > 1 and files[1]['ok'] else 'NOT rejected'}, "
@@ -692,6 +899,8 @@ def _dispatch(args: argparse.Namespace, workspace: Path) -> int:
                 for f in wrong:
                     print(f"       {'rejected' if f['ok'] else 'ACCEPTED'}  {f['file']}: {f['mistake']}"
                           f"  (caught by {', '.join(f['caught_by'][:3]) or 'nothing'})")
+                if r.get("mutation"):
+                    print("     " + _mutation_line(r["mutation"]))
                 for problem in r["problems"]:
                     print(f"     ! {problem}")
             print(f"\n{'all exercises sound' if ok else 'problems found'}")
