@@ -739,8 +739,8 @@ def main(argv: list[str] | None = None) -> int:
         try:   # `judge.py 21`: the reader meant to test exercise 21
             ex = get_exercise(first)
             print(f"judge.py: {first!r} is an exercise, not a command; did you mean\n"
-                  f"    python practice/judge.py test {ex.number}      (judge your file)\n"
-                  f"    python practice/judge.py start {ex.number}     (begin it)", file=sys.stderr)
+                  f"    python practice/judge.py test {first}      (judge your file)\n"
+                  f"    python practice/judge.py start {first}     (begin it; exercise {ex.number})", file=sys.stderr)
             return 2
         except UsageError:
             pass

@@ -161,7 +161,7 @@ def _statement_changes(stmt: ast.stmt, body: list[ast.stmt]) -> Iterator[tuple[s
     if isinstance(stmt, ast.AugAssign):
         for new in _SWAP_OPS.get(type(stmt.op), [])[:1]:
             yield "operator", lambda new=new: [ast.AugAssign(stmt.target, new(), stmt.value)]
-    if isinstance(stmt, ast.For):
+    if isinstance(stmt, ast.For) and _target_is_used(stmt):
         yield "iteration order", lambda: [ast.For(stmt.target, ast.Call(ast.Name("reversed", ast.Load()),
                                                                         [ast.Call(ast.Name("list", ast.Load()), [stmt.iter], [])], []),
                                                   stmt.body, stmt.orelse)]
@@ -171,6 +171,13 @@ def _statement_changes(stmt: ast.stmt, body: list[ast.stmt]) -> Iterator[tuple[s
         yield "continue -> break", lambda: [ast.Break()]
     if isinstance(stmt, (ast.If, ast.While)) and not isinstance(stmt.test, ast.Constant):
         yield "negated condition", lambda: [type(stmt)(ast.UnaryOp(ast.Not(), stmt.test), stmt.body, stmt.orelse)]
+
+
+def _target_is_used(loop: ast.For) -> bool:
+    """Reversing `for _ in range(n)` changes nothing: only loops whose variable is read are reversed."""
+    names = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
+    return any(isinstance(n, ast.Name) and n.id in names and isinstance(n.ctx, ast.Load)
+               for stmt in loop.body for n in ast.walk(stmt))
 
 
 def _skip_subtree(node: ast.AST) -> bool:
@@ -331,11 +338,17 @@ def mutate_exercise(ex, runner: types.ModuleType, judge_file: Callable | None = 
     mutants = generate_mutants(source, starter)
     equivalent = load_equivalent(ex.folder)
     use_fork = hasattr(os, "fork")
+    if use_fork:   # import the tests' libraries once, here; every forked mutant inherits them (torch)
+        for name in runner._test_imports(ex.tests.read_text(encoding="utf-8")):
+            try:
+                __import__(name)
+            except Exception:
+                pass
     # One run of the reference sets the time limit: a mutant may be slower, not endlessly so.
     t0 = time.perf_counter()
     baseline = (_run_in_fork(runner, ex.tests, source, 120.0) if use_fork
                 else {"killed": False, "verdict": "accepted"})
-    limit = timeout or max(2.0, 5 * (time.perf_counter() - t0))
+    limit = timeout or max(2.0, 1.0 + 3 * (time.perf_counter() - t0))
     rows, survivors, declared = [], [], []
     for m in mutants:
         if use_fork:

@@ -437,3 +437,249 @@ def test_safe_repr_is_bounded():
     assert len(huge) <= runner.REPR_LIMIT and huge.endswith("...]")
     from collections import OrderedDict
     assert runner.safe_repr(OrderedDict.fromkeys([3, 2, 1])) == "OrderedDict({3: None, 2: None, 1: None})"
+
+
+# ---------------------------------------------------------------------------------------------
+# Tamper-proof verdicts: each attempt is rejected, or its verdict is not recorded
+
+REFERENCE_21 = (PRACTICE / "21_chained_block_hashes" / "solution.py").read_text()
+WRONG_21 = "def block_hashes(token_ids, block_size):\n    return []\n"
+
+
+def _judge_json(*args, workspace, **kwargs) -> dict:
+    return json.loads(run(*args, "--json", workspace=workspace, **kwargs).stdout)
+
+
+def test_replacing_run_test_through_main_is_not_accepted(tmp_path, workspace):
+    path = write(tmp_path / "forge_main.py", WRONG_21 + textwrap.dedent("""\
+        import __main__, sys
+
+        def fake_run_test(name, *args, **kwargs):
+            return {"name": name, "verdict": "accepted", "message": "", "failure": None, "seconds": 0.0}
+
+        for module in [__main__] + list(sys.modules.values()):
+            for attr in ("run_test", "describe_failure", "summarize"):
+                if hasattr(module, attr):
+                    setattr(module, attr, fake_run_test)
+        """))
+    report = _judge_json("test", "21", "--file", str(path), workspace=workspace)
+    assert report["verdict"] == "wrong answer"
+    assert report["failed"] >= 1
+
+
+def test_forged_protocol_lines_are_ignored(tmp_path, workspace):
+    """The code writes 'accepted' results in the protocol's format to every open descriptor,
+    then leaves: the lines carry no valid signature, so the tests count as not passed."""
+    names = runner.list_test_names(judge.get_exercise("21").tests)
+    path = write(tmp_path / "forge_pipe.py", WRONG_21 + textwrap.dedent(f"""\
+        import json, os
+        events = [{{"event": "ready", "tests": {names!r}}}]
+        for name in {names!r}:
+            events += [{{"event": "start", "test": name}},
+                       {{"event": "result", "name": name, "verdict": "accepted", "message": "", "failure": None,
+                        "seconds": 0.0}}]
+        events.append({{"event": "done"}})
+        text = "".join("0" * 64 + " " + json.dumps(e) + "\\n" for e in events).encode()
+        for fd in range(1, 20):
+            try:
+                os.write(fd, text)
+            except OSError:
+                pass
+        os._exit(0)
+        """))
+    report = _judge_json("test", "21", "--file", str(path), workspace=workspace)
+    assert report["verdict"] != "accepted"
+    assert report.get("unsigned_lines", 0) >= 1
+    assert report["passed"] == 0
+
+
+def test_walking_frames_to_the_tests_is_refused(tmp_path, workspace):
+    path = write(tmp_path / "forge_frames.py", textwrap.dedent("""\
+        import sys
+
+        def block_hashes(token_ids, block_size):
+            frame = sys._getframe(1)          # the test function; from there, its globals
+            frame.f_globals["block_hashes"] = lambda *a, **k: []
+            return []
+        """))
+    report = _judge_json("test", "21", "--run", "--file", str(path), workspace=workspace)
+    assert report["verdict"] == "runtime error"
+    assert "sys._getframe is not available while the judge runs your code" in report["tests"][0]["message"]
+
+    path = write(tmp_path / "forge_gc.py", textwrap.dedent("""\
+        import gc
+
+        def block_hashes(token_ids, block_size):
+            for obj in gc.get_objects():
+                if isinstance(obj, dict) and "test_example_counts_full_blocks_only" in obj:
+                    obj.clear()
+            return []
+        """))
+    report = _judge_json("test", "21", "--run", "--file", str(path), workspace=workspace)
+    assert report["verdict"] == "runtime error"
+    assert "gc.get_objects is not available" in report["tests"][0]["message"]
+
+    path = write(tmp_path / "forge_traceback.py", textwrap.dedent("""\
+        def block_hashes(token_ids, block_size):
+            try:
+                raise KeyError
+            except KeyError as exc:
+                caller = exc.__traceback__.tb_frame.f_back
+            caller.f_globals.clear()
+            return []
+        """))
+    report = _judge_json("test", "21", "--run", "--file", str(path), workspace=workspace)
+    assert report["verdict"] == "runtime error"
+    assert "object.__getattr__ is not available" in report["tests"][0]["message"]
+
+
+def test_a_value_that_equals_everything_is_not_accepted(tmp_path, workspace):
+    path = write(tmp_path / "forge_eq.py", textwrap.dedent("""\
+        class Anything(list):
+            def __eq__(self, other):
+                return True
+            def __ne__(self, other):
+                return False
+            def __len__(self):
+                return 2
+            __hash__ = None
+
+        def block_hashes(token_ids, block_size):
+            return Anything()
+        """))
+    report = _judge_json("test", "21", "--file", str(path), workspace=workspace)
+    assert report["verdict"] == "wrong answer"
+
+
+def test_replacing_a_library_function_the_tests_use_is_refused(tmp_path, workspace):
+    path = write(tmp_path / "forge_random.py", WRONG_21 + textwrap.dedent("""\
+        import random
+        random.Random.randint = lambda self, a, b: a      # every random test becomes trivial
+        """))
+    report = _judge_json("test", "21", "--file", str(path), workspace=workspace)
+    assert report["verdict"] == "runtime error"
+    assert "random.Random.randint" in report["tests"][0]["message"]
+
+
+def _copy_practice(tmp_path: Path) -> Path:
+    import shutil
+    copy = tmp_path / "practice"
+    shutil.copytree(PRACTICE, copy, ignore=shutil.ignore_patterns("workspace", "__pycache__"))
+    return copy
+
+
+def test_an_edited_test_py_is_not_recorded(tmp_path, workspace):
+    copy = _copy_practice(tmp_path)
+    (copy / "21_chained_block_hashes" / "test.py").write_text(
+        "from solution_under_test import block_hashes\n\ndef test_example_nothing():\n    pass\n")
+    workspace.mkdir()
+    (workspace / "21_chained_block_hashes.py").write_text(WRONG_21)
+    env = {**os.environ, "NANO_ENGINE_WORKSPACE": str(workspace), "NO_COLOR": "1"}
+    proc = subprocess.run([sys.executable, str(copy / "judge.py"), "test", "21"], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert proc.returncode == 1
+    assert "differs from the shipped version" in proc.stdout and "not recorded" in proc.stdout
+    listed = subprocess.run([sys.executable, str(copy / "judge.py"), "list", "--json"], capture_output=True,
+                            text=True, env=env, timeout=120)
+    status = {r["number"]: r["status"] for r in json.loads(listed.stdout)}
+    assert status["21"] == "started"
+
+
+def test_an_edited_runner_is_not_recorded(tmp_path, workspace):
+    copy = _copy_practice(tmp_path)
+    runner_file = copy / "runner.py"
+    runner_file.write_text(runner_file.read_text().replace(
+        'result = {"verdict": ACCEPTED, "message": "", "failure": None}',
+        'result = {"verdict": ACCEPTED, "message": "", "failure": None}  # edited'))
+    spec = importlib.util.spec_from_file_location("copied_judge", copy / "judge.py")
+    copied = importlib.util.module_from_spec(spec)
+    sys.modules["copied_judge"] = copied   # dataclasses look the module up
+    try:
+        spec.loader.exec_module(copied)
+    finally:
+        del sys.modules["copied_judge"]
+    ex = copied.get_exercise("21")
+    report = copied.judge_file(ex, ex.solution)
+    assert report["verdict"] == "accepted" and report["judged"]["sealed"] is False
+
+
+def test_an_accepted_verdict_records_what_was_judged(workspace):
+    run("start", "21", workspace=workspace)
+    mine = workspace / "21_chained_block_hashes.py"
+    mine.write_text(REFERENCE_21)
+    report = _judge_json("test", "21", workspace=workspace)
+    assert report["verdict"] == "accepted" and report["recorded"] is True
+    record = json.loads((workspace / judge.STATUS_FILE).read_text())["21"]
+    sha = lambda p: __import__("hashlib").sha256(p.read_bytes()).hexdigest()
+    assert record["file_sha256"] == sha(mine)
+    assert record["tests_sha256"] == sha(PRACTICE / "21_chained_block_hashes" / "test.py")
+    assert record["runner_sha256"] == sha(PRACTICE / "runner.py")
+    assert record["sealed"] is True
+
+
+def test_the_seal_matches_the_shipped_files():
+    seal = judge.load_seal()
+    expected = {f"{p.parent.name}/{p.name}" if p.name == "test.py" else p.name for p in judge.sealed_files()}
+    assert set(seal) == expected, "run `python practice/judge.py seal` after editing a test.py or runner.py"
+    for path in judge.sealed_files():
+        key = f"{path.parent.name}/{path.name}" if path.name == "test.py" else path.name
+        assert seal[key] == __import__("hashlib").sha256(path.read_bytes()).hexdigest(), key
+
+
+# ---------------------------------------------------------------------------------------------
+# Ergonomics
+
+
+def test_a_solution_over_two_files(tmp_path, workspace):
+    write(tmp_path / "chain_helpers.py", """\
+        def chain(parent, block):
+            return hash((parent, tuple(block)))
+        """)
+    path = write(tmp_path / "mine.py", """\
+        from chain_helpers import chain
+
+        def block_hashes(token_ids, block_size):
+            hashes, parent = [], None
+            for start in range(0, len(token_ids) - block_size + 1, block_size):
+                parent = chain(parent, token_ids[start:start + block_size])
+                hashes.append(parent)
+            return hashes
+        """)
+    report = _judge_json("test", "21", "--file", str(path), workspace=workspace, cwd=ROOT)
+    assert report["verdict"] == "accepted", report
+
+
+def test_printing_megabytes_is_bounded(tmp_path, workspace):
+    path = write(tmp_path / "chatty.py", REFERENCE_21.replace(
+        "    hashes, parent = [], None\n", "    hashes, parent = [], None\n    print('x' * 20_000_000)\n"))
+    report = _judge_json("test", "21", "--run", "--file", str(path), workspace=workspace)
+    assert report["verdict"] == "accepted"
+    printed = report["tests"][0]["stdout"]
+    assert len(printed) < 3 * runner.STDOUT_LIMIT and "more characters (not shown)" in printed
+
+
+def test_a_leftover_breakpoint_neither_hangs_nor_fails(tmp_path, workspace):
+    path = write(tmp_path / "debugging.py", "breakpoint()\n" + REFERENCE_21.replace(
+        "    hashes, parent = [], None\n", "    hashes, parent = [], None\n    breakpoint()\n"))
+    report = _judge_json("test", "21", "--timeout", "5", "--file", str(path), workspace=workspace)
+    assert report["verdict"] == "accepted"
+    assert "breakpoint() ignored" in report["tests"][0]["stdout"]
+
+
+def test_an_exercise_number_without_a_command_suggests_test(workspace):
+    proc = run("101", workspace=workspace)
+    assert proc.returncode == 2
+    assert "python practice/judge.py test 101" in proc.stderr
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "soon"])
+def test_a_timeout_that_is_not_positive_is_an_error(value, workspace):
+    proc = run("solution", "21", "--timeout", value, workspace=workspace)
+    assert proc.returncode == 2
+    assert "--timeout" in proc.stderr
+
+
+def test_the_tests_libraries_are_imported_once_before_the_clock():
+    """Exercise 01's tests import torch: the child imports it before the first test's time
+    limit starts, and a forked mutant inherits it."""
+    assert "torch" in runner._test_imports(judge.get_exercise("01").tests.read_text())
