@@ -11,12 +11,15 @@ Only the code the reader writes is mutated: functions whose body in ``starter.py
 ``NotImplementedError``, and helpers the starter does not have. Code the starter gives (exercise
 32's match/insert, say) is not the reader's answer.
 
-Every mutant has a stable id that names where and what, without line numbers, e.g.
-``RadixCache.evict: 'node.lock_ref > 0' -> 'node.lock_ref >= 0'``; a repeated change in the same
-function gets ``#2``, ``#3``. ``equivalent_mutants.py`` maps ids to reasons::
+Every mutant has a stable id that names where and what, without line numbers: the function, the
+statement (a compound one by its header line) and the change, e.g.
+``RadixCache.evict: 'if node.lock_ref > 0:': 'node.lock_ref > 0' -> 'node.lock_ref >= 0'``, or
+``PrefixCachingBlockPool.touch: 'for b in blocks:' -> 'for b in reversed(list(blocks)):'``; the same
+change twice in one function gets ``#2``. ``equivalent_mutants.py`` maps ids to reasons::
 
     EQUIVALENT = {
-        "RadixCache.evict: 'heap' -> 'reversed(heap)'": "the heap is rebuilt before it is read",
+        "PrefixCachingBlockPool.touch: 'for b in blocks:' -> 'for b in reversed(list(blocks)):'":
+            "each block's update is independent of the others (a repeated block gets the same total)",
     }
 
 Each mutant runs in a forked copy of this process (so torch is imported once, and an endless loop
@@ -193,7 +196,7 @@ def generate_mutants(solution_source: str, starter_source: str | None = None) ->
     seen: dict[str, int] = {}
 
     def add(where: str, kind: str, before: ast.AST, after: ast.AST | list[ast.stmt], apply: Callable[[], None],
-            undo: Callable[[], None]) -> None:
+            undo: Callable[[], None], context: str = "") -> None:
         apply()
         try:
             source = ast.unparse(ast.fix_missing_locations(tree))
@@ -202,10 +205,8 @@ def generate_mutants(solution_source: str, starter_source: str | None = None) ->
             return
         finally:
             undo()
-        text = lambda n: " ".join(ast.unparse(n).split()) if not isinstance(n, list) else "; ".join(
-            " ".join(ast.unparse(s).split()) for s in n)
-        short = lambda s: s if len(s) <= 70 else s[:67] + "..."
-        base = f"{where}: {short(text(before))!r} -> {short(text(after))!r}"
+        change = f"{_brief(before)!r} -> {_brief(after)!r}"
+        base = f"{where}: {context!r}: {change}" if context and context != _brief(before) else f"{where}: {change}"
         seen[base] = seen.get(base, 0) + 1
         mid = base if seen[base] == 1 else f"{base} #{seen[base]}"
         mutants.append(Mutant(id=mid, kind=kind, lineno=getattr(before, "lineno", 0), source=source))
@@ -213,7 +214,8 @@ def generate_mutants(solution_source: str, starter_source: str | None = None) ->
     for qualname, func in _qualnames(tree):
         if qualname not in mine:
             continue
-        for parent in _own_nodes(func):
+        for parent, statement in _own_nodes(func):
+            context = _brief(statement) if not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)) else ""
             for field, value in ast.iter_fields(parent):
                 if parent is func and field in ("args", "returns", "decorator_list"):
                     continue
@@ -231,7 +233,7 @@ def generate_mutants(solution_source: str, starter_source: str | None = None) ->
                                 new = ast.copy_location(build(), item)
                                 add(qualname, kind, item, new,
                                     lambda value=value, i=i, new=new: value.__setitem__(i, new),
-                                    lambda value=value, i=i, item=item: value.__setitem__(i, item))
+                                    lambda value=value, i=i, item=item: value.__setitem__(i, item), context)
                 elif isinstance(value, ast.expr) and not _skip_subtree(value):
                     if isinstance(parent, ast.AnnAssign) and field == "annotation":
                         continue
@@ -239,28 +241,38 @@ def generate_mutants(solution_source: str, starter_source: str | None = None) ->
                         new = ast.copy_location(build(), value)
                         add(qualname, kind, value, new,
                             lambda parent=parent, field=field, new=new: setattr(parent, field, new),
-                            lambda parent=parent, field=field, value=value: setattr(parent, field, value))
+                            lambda parent=parent, field=field, value=value: setattr(parent, field, value), context)
     return mutants
+
+
+def _brief(node: ast.AST | list[ast.stmt]) -> str:
+    """A node as one short line: a compound statement by its header (`for b in blocks:`)."""
+    if isinstance(node, list):
+        return "; ".join(_brief(n) for n in node)
+    lines = ast.unparse(node).splitlines()
+    text = lines[0] if len(lines) > 1 else " ".join(ast.unparse(node).split())
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _owned_by(stmt: ast.stmt, func: ast.AST) -> bool:
     return not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
 
 
-def _own_nodes(func: ast.AST) -> Iterator[ast.AST]:
-    """The nodes of a function, without those of functions and classes defined inside it (they
-    are visited under their own qualified name) and without annotations and f-strings."""
-    stack = [func]
+def _own_nodes(func: ast.AST) -> Iterator[tuple[ast.AST, ast.AST]]:
+    """(node, the statement it belongs to) for the nodes of a function, without those of
+    functions and classes defined inside it (they are visited under their own qualified name)
+    and without annotations and f-strings."""
+    stack: list[tuple[ast.AST, ast.AST]] = [(func, func)]
     while stack:
-        node = stack.pop()
-        yield node
+        node, statement = stack.pop()
+        yield node, statement
         skip = [getattr(node, "returns", None), node.annotation if isinstance(node, ast.AnnAssign) else None]
         for child in ast.iter_child_nodes(node):
             if any(child is s for s in skip):
                 continue
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.arguments, ast.JoinedStr)):
                 continue
-            stack.append(child)
+            stack.append((child, child if isinstance(child, ast.stmt) else statement))
 
 
 # --------------------------------------------------------------------------------------------

@@ -36,6 +36,14 @@ def max_diff(a, b):
     return float((a - b).abs().max())
 
 
+def rope_tolerance(x, positions):
+    """What the statement promises: angles computed in float32 (the hint's torch.arange, and
+    transformers' Qwen3) are accepted. Such an angle is off by up to ~2.4e-7 x position radians,
+    and float32 cos/sin add ~1.2e-7; the output error is at most that times |x|."""
+    largest = max(1.0, float(positions.abs().max()))
+    return 1e-6 + 4e-7 * largest * max(1.0, float(x.abs().max()))
+
+
 def test_example_rms_norm_of_3_4():
     got = rms_norm(torch.tensor([[3.0, 4.0]], dtype=torch.float64), torch.ones(2, dtype=torch.float64), eps=0.0)
     rms = math.sqrt((9 + 16) / 2)
@@ -47,7 +55,7 @@ def test_example_rope_turns_pair_0_and_half():
     x = torch.tensor([[[1.0, 0.0, 0.0, 0.0]]], dtype=torch.float64)
     got = apply_rope(x, torch.tensor([1]), theta=10_000.0)
     expected = torch.tensor([[[math.cos(1), 0.0, math.sin(1), 0.0]]], dtype=torch.float64)
-    assert max_diff(got, expected) < 1e-12, f"expected {expected.tolist()}, got {got.tolist()}"
+    assert max_diff(got, expected) < rope_tolerance(x, torch.tensor([1])), f"expected {expected.tolist()}, got {got.tolist()}"
 
 
 def test_rms_norm_matches_the_formula():
@@ -80,7 +88,7 @@ def test_rope_matches_the_formula():
         got = apply_rope(x, positions, theta)
         expected = rope_reference(x, positions, theta)
         assert got.shape == x.shape
-        assert max_diff(got, expected) < 1e-9, f"theta {theta}"
+        assert max_diff(got, expected) < rope_tolerance(x, positions), f"theta {theta}"
 
 
 def test_rope_at_position_zero_changes_nothing():
@@ -92,7 +100,7 @@ def test_rope_preserves_norms():
     gen = torch.Generator().manual_seed(102)
     x = torch.randn(6, 2, 16, generator=gen, dtype=torch.float64)
     got = apply_rope(x, torch.arange(0, 60, 10), 10_000.0)
-    assert max_diff(got.norm(dim=-1), x.norm(dim=-1)) < 1e-9, "a rotation does not change lengths"
+    assert max_diff(got.norm(dim=-1), x.norm(dim=-1)) < 1e-5, "a rotation does not change lengths"
 
 
 def test_rope_score_depends_only_on_the_distance():
@@ -103,8 +111,8 @@ def test_rope_score_depends_only_on_the_distance():
     def score(m, n):
         return float((apply_rope(q, torch.tensor([m]), 10_000.0) * apply_rope(k, torch.tensor([n]), 10_000.0)).sum())
 
-    assert abs(score(5, 2) - score(105, 102)) < 1e-9, "q at 5, k at 2 vs q at 105, k at 102: same distance"
-    assert abs(score(5, 2) - score(2, 5)) > 1e-6, "distance +3 and -3 should differ"
+    assert abs(score(5, 2) - score(105, 102)) < 1e-3, "q at 5, k at 2 vs q at 105, k at 102: same distance"
+    assert abs(score(5, 2) - score(2, 5)) > 1e-2, "distance +3 and -3 should differ"
 
 
 def test_rope_bad_input_is_an_error():
