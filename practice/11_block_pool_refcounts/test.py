@@ -88,6 +88,36 @@ def test_negative_allocation_is_an_error():
     assert raises_value_error(lambda: BlockPool(2).allocate(-1))
 
 
+def test_a_pool_needs_at_least_one_block():
+    for bad in (0, -3):
+        assert raises_value_error(lambda: BlockPool(bad)), f"BlockPool({bad}) has no block to hand out"
+    assert BlockPool(1).allocate(1) == [0]
+
+
+def test_a_share_rejected_halfway_changes_nothing():
+    """share() validates the whole call first: a bad block at the end must not leave the blocks
+    before it with an extra reference (a leak nobody would ever free)."""
+    pool = BlockPool(4)
+    blocks = pool.allocate(2)
+    free_block = next(b for b in range(4) if pool.ref_cnt[b] == 0)
+    before = list(pool.ref_cnt)
+    for bad in ([*blocks, free_block], [*blocks, 4], [*blocks, -1]):
+        assert raises_value_error(lambda: pool.share(bad)), f"share({bad})"
+        assert pool.ref_cnt == before, f"share({bad}) was rejected, so nothing changes"
+        assert pool.num_free == 2
+
+
+def test_negative_block_ids_are_an_error_not_a_wrap():
+    """ref_cnt[-1] is Python for the last block: an id of -1 must be refused, not wrap around."""
+    pool = BlockPool(3)
+    blocks = pool.allocate(3)
+    before = list(pool.ref_cnt)
+    assert raises_value_error(lambda: pool.share([-1])), "share([-1])"
+    assert raises_value_error(lambda: pool.free([-1])), "free([-1])"
+    assert raises_value_error(lambda: pool.free([blocks[0], -3])), "free([b, -3])"
+    assert pool.ref_cnt == before and pool.num_free == 0
+
+
 def test_random_operations_against_a_model():
     rng = random.Random(107)
     for _ in range(40):

@@ -76,3 +76,12 @@ def test_one_changed_token_changes_that_block_and_every_later_one():
         assert after[:first_changed_block] == before[:first_changed_block]
         unequal = [x != y for x, y in zip(after[first_changed_block:], before[first_changed_block:])]
         assert all(unequal), "every block from the changed one on covers the changed token"
+
+
+def test_the_order_of_the_blocks_matters():
+    """The same two blocks in the other order are a different prefix: the last hash must differ.
+    (A hash that combines parent and block with + or ^ forgets the order.)"""
+    a, b = [1, 2, 3], [4, 5, 6]
+    for first, second in [(a, b), ([7, 7, 7], [8, 8, 8]), ([0, 0, 1], [0, 1, 0])]:
+        forward, backward = block_hashes(first + second, 3), block_hashes(second + first, 3)
+        assert forward[1] != backward[1], f"{first} then {second} vs {second} then {first}"

@@ -140,6 +140,29 @@ def test_insert_a_prefix_of_a_cached_sequence():
     assert tree.evictable_size == 4
 
 
+def test_every_node_passed_is_stamped():
+    """match_prefix and insert stamp each node they pass with a new, larger last_access (exercise
+    32 evicts the least recently used leaf by it)."""
+    tree = RadixCache()
+    tree.insert([1, 2, 3, 4], [10, 11, 12, 13])
+    tree.insert([1, 2, 7], [10, 11, 17])             # splits [1, 2 | 3, 4]
+    tree.insert([5, 6], [50, 51])
+    _, node = tree.match_prefix([1, 2, 3, 4])
+    path = [n for n in _nodes(tree) if _path(tree, n) in ([1, 2], [1, 2, 3, 4])]
+    others = [n for n in _nodes(tree) if all(n is not m for m in path)]
+    assert len(path) == 2 and len(others) == 2
+    assert min(n.last_access for n in path) > max(n.last_access for n in others), "the matched path is the newest"
+
+    tree.insert([5, 6, 8], [50, 51, 58])              # passes [5, 6], adds the leaf [8]
+    newest = [n for n in _nodes(tree) if _path(tree, n) in ([5, 6], [5, 6, 8])]
+    rest = [n for n in _nodes(tree) if all(n is not m for m in newest)]
+    assert min(n.last_access for n in newest) > max(n.last_access for n in rest), "insert stamps too"
+
+    _, front = tree.match_prefix([1, 2, 3])          # ends inside [3, 4]: the split front is stamped
+    assert _path(tree, front) == [1, 2, 3]
+    assert front.last_access == max(n.last_access for n in _nodes(tree))
+
+
 def test_random_operations_against_models():
     rng = random.Random(104)
     for trial in range(25):

@@ -80,6 +80,18 @@ def test_parent_that_becomes_a_leaf_goes_in_the_same_call():
     assert (tree.total_size(), tree.evictable_size) == (0, 0)
 
 
+def test_a_parent_that_becomes_a_leaf_keeps_its_own_stamp():
+    """A parent left childless competes with its *own* last_access, not its last child's: here the
+    prefix [1, 2] was used after the cold leaf [9, 9], so the cold leaf goes before it."""
+    tree = RadixCache()
+    tree.insert([1, 2, 3, 4], [10, 11, 12, 13])      # oldest
+    tree.insert([9, 9], [90, 91])                     # cold
+    tree.match_prefix([1, 2])                         # splits: [1, 2] is now the most recent node
+    freed = tree.evict(4)
+    assert freed == [12, 13, 90, 91], "[3, 4] first, then the cold leaf; the hot prefix [1, 2] stays"
+    assert tree.match_prefix([1, 2])[0] == [10, 11]
+
+
 def test_stops_once_enough_is_freed():
     tree = RadixCache()
     tree.insert([1, 2, 3], [10, 11, 12])
