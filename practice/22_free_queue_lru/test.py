@@ -107,6 +107,18 @@ def test_reuse_evicts_the_cached_hash():
     assert pool.lookup([1, 2, 3, 4]) == [0], "the stale [3, 4] must not be served"
 
 
+def test_a_hash_of_zero_is_still_a_hash():
+    """Any int can be a block hash, 0 included: `if block_hash[b]:` would keep a stale 0 cached."""
+    pool = PrefixCachingBlockPool(num_blocks=1, block_size=2)
+    pool.block_hashes = lambda token_ids: [0, 7][: len(token_ids) // 2]   # hashes chosen by the test
+    [b] = pool.allocate(1)
+    pool.cache_blocks([1, 2], [b], num_computed=2)
+    assert pool.hash_to_block == {0: b}
+    pool.free([b])
+    assert pool.allocate(1) == [b]
+    assert pool.hash_to_block == {} and pool.block_hash[b] is None, "reusing the block evicts hash 0"
+
+
 def test_lru_order_across_requests():
     pool = PrefixCachingBlockPool(num_blocks=4, block_size=2)
     a, b = [1, 1, 2, 2], [3, 3, 4, 4]

@@ -122,6 +122,50 @@ def test_cache_blocks_keeps_the_first_copy():
     assert sorted(pool.hash_to_block.values()) == [first[0], second[0]]
 
 
+def test_a_block_that_has_a_hash_keeps_it():
+    """cache_blocks leaves a block that already caches a hash alone, even for other tokens."""
+    pool = PrefixCachingBlockPool(num_blocks=2, block_size=2)
+    [b] = pool.allocate(1)
+    pool.cache_blocks([1, 2], [b], num_computed=2)
+    pool.cache_blocks([5, 6], [b], num_computed=2)
+    assert pool.block_hash[b] == _expected_hashes([1, 2], 2)[0]
+    assert pool.hash_to_block == {pool.block_hash[b]: b}
+
+
+def test_an_empty_salt_or_adapter_name_is_still_a_key():
+    """The keys are added when they are not None: "" is a tenant and an adapter name like any other."""
+    tokens = [1, 2, 3, 4]
+    assert PrefixCachingBlockPool(4, 2).block_hashes(tokens, cache_salt="") == _expected_hashes(tokens, 2, cache_salt="")
+    assert PrefixCachingBlockPool(4, 2).block_hashes(tokens, lora_id="") == _expected_hashes(tokens, 2, lora_id="")
+    pool, _ = _cached_pool(tokens)
+    assert pool.lookup(tokens, cache_salt="") == [] and pool.lookup(tokens, lora_id="") == []
+
+
+def test_lookup_stops_at_the_first_miss():
+    """Block 0's hash evicted, block 1's still cached: a lookup must stop at block 0, since block 1's
+    KV is only valid after block 0's tokens."""
+    pool = PrefixCachingBlockPool(num_blocks=2, block_size=2)
+    blocks = pool.allocate(2)
+    pool.cache_blocks([1, 2, 3, 4], blocks, num_computed=4)
+    pool.free([blocks[0]])
+    pool.free([blocks[1]])                    # block 0 is now at the head of the free queue
+    assert pool.allocate(1) == [blocks[0]]    # ... and reusing it evicts the first block's hash
+    assert pool.lookup([1, 2, 3, 4]) == []
+
+
+def test_a_hash_of_zero_is_still_a_hash():
+    """Any int can be a block hash, 0 included: `if block_hash[b]:` would treat a cached 0 as no hash."""
+    pool = PrefixCachingBlockPool(num_blocks=1, block_size=2)
+    pool.block_hashes = lambda token_ids, lora_id=None, cache_salt=None: [0, 7][: len(token_ids) // 2]
+    [b] = pool.allocate(1)
+    pool.cache_blocks([1, 2], [b], num_computed=2)
+    pool.cache_blocks([3, 4, 5, 6], [b, b], num_computed=4)    # b already caches hash 0: left alone
+    assert pool.hash_to_block == {0: b} and pool.block_hash[b] == 0
+    pool.free([b])
+    assert pool.allocate(1) == [b]
+    assert pool.hash_to_block == {} and pool.block_hash[b] is None, "reusing the block evicts hash 0"
+
+
 def test_only_computed_full_blocks_are_cached():
     pool = PrefixCachingBlockPool(num_blocks=4, block_size=2)
     blocks = pool.allocate(3)
