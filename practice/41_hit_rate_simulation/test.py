@@ -72,7 +72,8 @@ def test_block_size_one_is_the_radix_rate():
 
 
 def test_bad_input_is_an_error():
-    for workload, method in [([], "radix"), ([[1, 2], []], "radix"), ([[1, 2]], 0), ([[1, 2]], "hashed")]:
+    for workload, method in [([], "radix"), ([[1, 2], []], "radix"), ([[1, 2]], 0), ([[1, 2]], -2),
+                             ([[1, 2]], "hashed"), ([[1, 2]], True), ([[1, 2]], 2.0)]:
         try:
             hit_rate(workload, method)
         except ValueError:

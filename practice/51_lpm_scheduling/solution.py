@@ -25,6 +25,8 @@ class LPMScheduler:
     def schedule(self, max_requests: int) -> list[str]:
         """Choose up to max_requests waiting requests to run now; return their ids in the order
         chosen and remove them from the queue."""
+        if max_requests < 0:
+            raise ValueError(f"max_requests must be at least 0, got {max_requests}")
         if len(self._queue) > self.fcfs_threshold:
             order = list(self._queue)            # too many to match each one: first come, first served
         else:
@@ -33,7 +35,7 @@ class LPMScheduler:
             matched = {r["rid"]: self.match_len(r["prompt"]) for r in others}
             others.sort(key=lambda r: (-matched[r["rid"]], r["arrival"]))
             order = starving + others
-        chosen = order[:max(max_requests, 0)]
+        chosen = order[:max_requests]
         latest = max((r["arrival"] for r in chosen), default=-1)
         chosen_ids = {r["rid"] for r in chosen}
         self._queue = [r for r in self._queue if r["rid"] not in chosen_ids]

@@ -135,3 +135,18 @@ def test_random_traffic_never_exceeds_the_bound():
         while sched.waiting:
             served += sched.schedule(3)
         assert sorted(served) == sorted(arrival), "every request is served exactly once"
+
+
+def test_zero_requests_changes_nothing_and_negative_is_an_error():
+    scheduler = _scheduler({0: 5, 1: 9}, max_passed_over=1)
+    scheduler.add("a", [0])
+    scheduler.add("b", [1])
+    assert scheduler.schedule(0) == []
+    assert scheduler.waiting == ["a", "b"]
+    assert scheduler.schedule(1) == ["b"], "a was not passed over by the empty round"
+    try:
+        scheduler.schedule(-1)
+    except ValueError:
+        assert scheduler.waiting == ["a"]
+    else:
+        raise AssertionError("schedule(-1) should raise ValueError")
