@@ -31,6 +31,7 @@ judge = load_judge()
 runner = judge.runner
 EXERCISES = judge.find_exercises()
 WRONG = [(ex, path) for ex in EXERCISES for path in ex.wrong_variants]
+MISTAKES = [(ex, m) for ex in EXERCISES for m in ex.mistakes]
 
 
 def _judge_here(ex, path, **kwargs) -> dict:
@@ -72,6 +73,39 @@ def test_wrong_variant_is_rejected(ex, path):
     assert report["failed"] >= 1
 
 
+@pytest.mark.parametrize("ex,mistake", MISTAKES, ids=[f"{ex.number}-{m['name']}" for ex, m in MISTAKES])
+def test_mistake_applies_once_and_is_rejected(ex, mistake, tmp_path):
+    assert set(mistake) == {"name", "explain", "old", "new"} and mistake["explain"]
+    assert ex.solution.read_text(encoding="utf-8").count(mistake["old"]) == 1
+    path = tmp_path / f"{mistake['name']}.py"
+    path.write_text(judge.apply_mistake(ex, mistake), encoding="utf-8")
+    report = _judge_here(ex, path)
+    assert report["verdict"] in ("wrong answer", "runtime error"), report["verdict"]
+    changed = [line for line in judge.mistake_diff(ex, mistake).splitlines()[2:] if line[:1] in "+-"]
+    assert changed, "the diff a reader sees shows the edit"
+
+
+def test_a_mistake_whose_text_is_not_unique_is_refused():
+    ex = judge.get_exercise("21")
+    for old in ("def block_hashes(", "no such text", "parent"):
+        count = ex.solution.read_text().count(old)
+        if count != 1:
+            with pytest.raises(ValueError, match=f"occurs {count} times"):
+                judge.apply_mistake(ex, {"name": "x", "explain": "", "old": old, "new": ""})
+
+
+def test_float32_angles_are_accepted_by_01():
+    """The statement promises it (and the hint's arange gives float32): tolerance and statement agree."""
+    ex = judge.get_exercise("01")
+    source = ex.solution.read_text().replace("dtype=torch.float64) / head_dim", ") / head_dim").replace(
+        "positions.to(torch.float64)", "positions.to(torch.float32)")
+    assert "float64" not in source.split("def apply_rope")[1].split("cos =")[0]
+    module = types.ModuleType(runner.SOLUTION_MODULE)
+    exec(compile(source, "<float32 angles>", "exec"), module.__dict__)
+    report = runner.run_tests(ex.tests, module)
+    assert report["verdict"] == "accepted", _failures(report)
+
+
 @pytest.mark.parametrize("ex", EXERCISES, ids=lambda e: e.name)
 def test_problem_statement(ex):
     meta, body = judge.parse_front_matter(ex.problem.read_text(encoding="utf-8"))
@@ -83,7 +117,7 @@ def test_problem_statement(ex):
     assert judge.EXPLANATION.search(body), "an explanation folded in <details>"
     shown = judge.reader_view(body)
     assert "<summary>Explanation" not in shown and "## Hints" in shown
-    assert len(ex.wrong_variants) >= 3
+    assert len(ex.wrong_variants) + len(ex.mistakes) >= 3
     assert runner.list_test_names(ex.tests, examples_only=True), "at least one test_example*"
 
 
@@ -179,9 +213,11 @@ def test_check_button_shows_verdicts(tmp_path):
     pytest.importorskip("ipywidgets")
     from nano_engine.exercises import check_button
 
-    wrong = judge.get_exercise("23").folder / "wrong" / "no_last_token_rule.py"
+    ex = judge.get_exercise("23")
+    wrong = tmp_path / "no_last_token_rule.py"
+    wrong.write_text(judge.apply_mistake(ex, next(m for m in ex.mistakes if m["name"] == "no_last_token_rule")))
     box = check_button(23, file=wrong, timeout=5)
-    assert "23_lookup_last_token/wrong/no_last_token_rule.py" in box.result.value
+    assert str(wrong) in box.result.value
     box.run_button.click()
     html = box.result.value
     assert "(examples only)" in html and "1 passed, 1 failed" in html

@@ -57,12 +57,22 @@ def last_line(proc: subprocess.CompletedProcess) -> str:
     return proc.stdout.rstrip().splitlines()[-1]
 
 
+def mistake_file(number: str, name: str, folder: Path) -> Path:
+    """One of an exercise's classic mistakes (mistakes.py), generated into a file to be judged."""
+    ex = judge.get_exercise(number)
+    mistake = next(m for m in ex.mistakes if m["name"] == name)
+    path = folder / f"{name}.py"
+    path.write_text(judge.apply_mistake(ex, mistake), encoding="utf-8")
+    return path
+
+
 # ---------------------------------------------------------------------------------------------
 # The exercises as a whole
 
 
 def test_check_passes(workspace):
-    proc = run("check", "--json", workspace=workspace, timeout=300)
+    """`judge.py check`, mutation testing included: every exercise sound, no surviving mutant."""
+    proc = run("check", "--json", workspace=workspace, timeout=1800)
     result = json.loads(proc.stdout)
     problems = {r["exercise"]: r["problems"] for r in result["exercises"] if r["problems"]}
     assert problems == {}
@@ -70,9 +80,12 @@ def test_check_passes(workspace):
     numbers = {r["exercise"] for r in result["exercises"]}
     assert {"21", "22", "23", "31", "32", "51", "53", "24"} <= numbers
     for r in result["exercises"]:
-        wrong = [f for f in r["files"] if f["file"].startswith("wrong/")]
+        wrong = [f for f in r["files"] if f["file"] not in ("reference", "starter")]
         assert len(wrong) >= 3 and all(f["ok"] and f["caught_by"] for f in wrong), r["exercise"]
         assert r["examples"] >= 1 and r["worked_examples"] >= 1
+        mutants = r["mutation"]
+        assert mutants["generated"] > 0 and mutants["survivors"] == [] and mutants["stale_declarations"] == []
+        assert mutants["killed"] + len(mutants["equivalent"]) == mutants["generated"], r["exercise"]
 
 
 def test_check_reports_a_broken_exercise(tmp_path):
@@ -82,13 +95,18 @@ def test_check_reports_a_broken_exercise(tmp_path):
     root = tmp_path / "practice"
     shutil.copytree(PRACTICE / "23_lookup_last_token", root / "23_lookup_last_token")
     ex = judge.get_exercise("23", root=root)
+    (ex.folder / "wrong").mkdir(exist_ok=True)
     shutil.copyfile(ex.solution, ex.folder / "wrong" / "not_wrong.py")
-    shutil.copyfile(ex.folder / "wrong" / "no_last_token_rule.py", ex.solution)
-    result = judge.check_exercise(ex, timeout=5)
+    with (ex.folder / "mistakes.py").open("a") as f:
+        f.write("MISTAKES.append({'name': 'twice', 'explain': '', 'old': 'def', 'new': 'def'})\n")
+    mistake_file("23", "no_last_token_rule", ex.folder)
+    shutil.copyfile(ex.folder / "no_last_token_rule.py", ex.solution)
+    result = judge.check_exercise(ex, timeout=5, mutate=False)
     assert not result["ok"]
     assert any(p.startswith("reference: expected accepted") for p in result["problems"])
     assert any("worked example" in p for p in result["problems"])
     assert any(p.startswith("wrong/not_wrong.py: expected rejected") for p in result["problems"])
+    assert any("mistake 'twice'" in p and "must be exactly once" in p for p in result["problems"])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -99,21 +117,21 @@ def test_solution_is_accepted_from_any_directory(tmp_path, workspace):
     proc = run("solution", "21", workspace=workspace, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "verdict: accepted" in proc.stdout
-    assert re.fullmatch(r"9 passed, 0 failed", last_line(proc))
+    assert re.fullmatch(r"10 passed, 0 failed", last_line(proc))
 
 
-def test_wrong_answer_shows_line_expected_got_and_locals(workspace):
-    wrong = PRACTICE / "21_chained_block_hashes" / "wrong" / "no_parent.py"
+def test_wrong_answer_shows_line_expected_got_and_locals(tmp_path, workspace):
+    wrong = mistake_file("21", "no_parent", tmp_path)
     proc = run("test", "21", "--file", str(wrong), workspace=workspace)
     assert proc.returncode == 1
     assert "wrong answer   test_parent_is_in_the_hash" in proc.stdout
     assert 'test.py line 26:  assert a[1] != c[1], "block [3, 4] after a different first block' in proc.stdout
     assert re.search(r"expected: != -?\d+\n\s+got:\s+-?\d+", proc.stdout)
     assert re.search(r"^\s+c\s+= \[-?\d+, -?\d+\]$", proc.stdout, re.M), "the test's locals are listed"
-    assert last_line(proc) == "6 passed, 3 failed"
+    assert last_line(proc) == "6 passed, 4 failed"
 
     report = json.loads(run("test", "21", "--file", str(wrong), "--json", workspace=workspace).stdout)
-    assert report["verdict"] == "wrong answer" and report["summary"] == "6 passed, 3 failed"
+    assert report["verdict"] == "wrong answer" and report["summary"] == "6 passed, 4 failed"
     failed = next(t for t in report["tests"] if t["name"] == "test_repeated_blocks_hash_differently")
     assert failed["failure"]["expected"] == "3" and failed["failure"]["got"] == "1"
     assert failed["failure"]["test"]["lineno"] == 32
@@ -154,7 +172,7 @@ def test_syntax_error_is_a_compile_error(tmp_path, workspace):
     assert "compile error: SyntaxError" in proc.stdout
     assert "your file line 1:  def block_hashes(token_ids, block_size:" in proc.stdout
     assert "verdict: compile error" in proc.stdout
-    assert last_line(proc) == "0 passed, 9 failed"
+    assert last_line(proc) == "0 passed, 10 failed"
     assert "Traceback" not in proc.stdout + proc.stderr
 
 
@@ -256,9 +274,9 @@ def test_sys_exit_inside_a_test_is_a_runtime_error(tmp_path, workspace):
     assert first["failure"]["yours"]["lineno"] == 4
 
 
-def test_exit_codes(workspace):
+def test_exit_codes(tmp_path, workspace):
     assert run("solution", "23", workspace=workspace).returncode == 0
-    wrong = PRACTICE / "23_lookup_last_token" / "wrong" / "skips_misses.py"
+    wrong = mistake_file("23", "skips_misses", tmp_path)
     assert run("test", "23", "--file", str(wrong), workspace=workspace).returncode == 1
     unknown = run("test", "999", workspace=workspace)
     assert unknown.returncode == 2 and "no exercise '999'" in unknown.stderr
@@ -365,11 +383,12 @@ def test_runner_core_needs_no_subprocess():
     assert imported <= set(sys.stdlib_module_names) | {"__future__"}
 
 
-def test_judge_in_process():
+def test_judge_in_process(tmp_path):
     ex = judge.get_exercise("32")
     report = runner.judge_in_process(ex.tests, ex.solution, ex.starter)
     assert report["verdict"] == "accepted" and report["failed"] == 0
-    wrong = runner.judge_in_process(ex.tests, ex.folder / "wrong" / "no_parent_push.py", ex.starter, examples_only=True)
+    wrong = runner.judge_in_process(ex.tests, mistake_file("32", "no_parent_push", tmp_path), ex.starter,
+                                    examples_only=True)
     assert wrong["verdict"] == "wrong answer"
     assert wrong["summary"] == "1 passed, 1 failed"
 

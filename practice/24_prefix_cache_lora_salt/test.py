@@ -156,10 +156,9 @@ def test_lookup_stops_at_the_first_miss():
 def test_a_hash_of_zero_is_still_a_hash():
     """Any int can be a block hash, 0 included: `if block_hash[b]:` would treat a cached 0 as no hash."""
     pool = PrefixCachingBlockPool(num_blocks=1, block_size=2)
-    pool.block_hashes = lambda token_ids, lora_id=None, cache_salt=None: [0, 7][: len(token_ids) // 2]
     [b] = pool.allocate(1)
-    pool.cache_blocks([1, 2], [b], num_computed=2)
-    pool.cache_blocks([3, 4, 5, 6], [b, b], num_computed=4)    # b already caches hash 0: left alone
+    pool.block_hash[b], pool.hash_to_block[0] = 0, b      # as if cache_blocks had met a hash of 0
+    pool.cache_blocks([3, 4], [b], num_computed=2)        # b already caches a hash: left alone
     assert pool.hash_to_block == {0: b} and pool.block_hash[b] == 0
     pool.free([b])
     assert pool.allocate(1) == [b]
