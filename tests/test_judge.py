@@ -98,7 +98,7 @@ def test_check_reports_a_broken_exercise(tmp_path):
     (ex.folder / "wrong").mkdir(exist_ok=True)
     shutil.copyfile(ex.solution, ex.folder / "wrong" / "not_wrong.py")
     with (ex.folder / "mistakes.py").open("a") as f:
-        f.write("MISTAKES.append({'name': 'twice', 'explain': '', 'old': 'def', 'new': 'def'})\n")
+        f.write("MISTAKES.append({'name': 'twice', 'explain': '', 'old': '(', 'new': '['})\n")
     mistake_file("23", "no_last_token_rule", ex.folder)
     shutil.copyfile(ex.folder / "no_last_token_rule.py", ex.solution)
     result = judge.check_exercise(ex, timeout=5, mutate=False)
@@ -128,10 +128,10 @@ def test_wrong_answer_shows_line_expected_got_and_locals(tmp_path, workspace):
     assert 'test.py line 26:  assert a[1] != c[1], "block [3, 4] after a different first block' in proc.stdout
     assert re.search(r"expected: != -?\d+\n\s+got:\s+-?\d+", proc.stdout)
     assert re.search(r"^\s+c\s+= \[-?\d+, -?\d+\]$", proc.stdout, re.M), "the test's locals are listed"
-    assert last_line(proc) == "6 passed, 4 failed"
+    assert last_line(proc) == "7 passed, 3 failed"
 
     report = json.loads(run("test", "21", "--file", str(wrong), "--json", workspace=workspace).stdout)
-    assert report["verdict"] == "wrong answer" and report["summary"] == "6 passed, 4 failed"
+    assert report["verdict"] == "wrong answer" and report["summary"] == "7 passed, 3 failed"
     failed = next(t for t in report["tests"] if t["name"] == "test_repeated_blocks_hash_differently")
     assert failed["failure"]["expected"] == "3" and failed["failure"]["got"] == "1"
     assert failed["failure"]["test"]["lineno"] == 32
