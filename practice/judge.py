@@ -619,7 +619,7 @@ def check_exercise(ex: Exercise, timeout: float = DEFAULT_TIMEOUT, mutate: bool 
         with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
             reports = list(pool.map(lambda item: judge_file(ex, item[1], timeout=timeout), files))
     rows = []
-    for (label, _, explain), report in zip(files, reports):
+    for (label, _, explain), report in zip(files, reports, strict=True):
         expected_accepted = label == "reference"
         ok = (report["verdict"] == runner.ACCEPTED) == expected_accepted
         if label not in ("reference", "starter") and report["verdict"] == runner.COMPILE:

@@ -405,7 +405,7 @@ def _innermost(tb: types.TracebackType | None, path: str | None) -> tuple[types.
 def _first_difference(got: object, expected: object) -> str | None:
     """For two sequences or mappings that differ, say where -- long lists are hard to eyeball."""
     if isinstance(got, (list, tuple, str)) and isinstance(expected, (list, tuple, str)):
-        for i, (a, b) in enumerate(zip(got, expected)):
+        for i, (a, b) in enumerate(zip(got, expected, strict=False)):
             if a != b:
                 return f"first difference at index {i}: got {safe_repr(a, 80)}, expected {safe_repr(b, 80)}"
         if len(got) != len(expected):

@@ -90,7 +90,7 @@ def test_negative_allocation_is_an_error():
 
 def test_a_pool_needs_at_least_one_block():
     for bad in (0, -3):
-        assert raises_value_error(lambda: BlockPool(bad)), f"BlockPool({bad}) has no block to hand out"
+        assert raises_value_error(lambda bad=bad: BlockPool(bad)), f"BlockPool({bad}) has no block to hand out"
     assert BlockPool(1).allocate(1) == [0]
 
 
@@ -102,7 +102,7 @@ def test_a_share_rejected_halfway_changes_nothing():
     free_block = next(b for b in range(4) if pool.ref_cnt[b] == 0)
     before = list(pool.ref_cnt)
     for bad in ([*blocks, free_block], [*blocks, 4], [*blocks, -1]):
-        assert raises_value_error(lambda: pool.share(bad)), f"share({bad})"
+        assert raises_value_error(lambda bad=bad: pool.share(bad)), f"share({bad})"
         assert pool.ref_cnt == before, f"share({bad}) was rejected, so nothing changes"
         assert pool.num_free == 2
 
@@ -149,6 +149,6 @@ def test_random_operations_against_a_model():
             elif action == "bad free":
                 b = rng.randrange(num_blocks)
                 bad = [b] * (refs[b] + 1)
-                assert raises_value_error(lambda: pool.free(bad))
+                assert raises_value_error(lambda pool=pool, bad=bad: pool.free(bad))
             assert pool.ref_cnt == refs
             assert pool.num_free == refs.count(0)

@@ -74,7 +74,7 @@ def test_one_changed_token_changes_that_block_and_every_later_one():
         before, after = block_hashes(tokens, block_size), block_hashes(changed, block_size)
         first_changed_block = position // block_size
         assert after[:first_changed_block] == before[:first_changed_block]
-        unequal = [x != y for x, y in zip(after[first_changed_block:], before[first_changed_block:])]
+        unequal = [x != y for x, y in zip(after[first_changed_block:], before[first_changed_block:], strict=False)]
         assert all(unequal), "every block from the changed one on covers the changed token"
 
 

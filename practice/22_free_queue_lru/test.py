@@ -182,12 +182,12 @@ class _Model:
 
 def test_random_requests_against_a_model():
     rng = random.Random(102)
-    for trial in range(20):
+    for _trial in range(20):
         num_blocks, block_size = rng.randint(3, 10), rng.randint(1, 3)
         pool, model = PrefixCachingBlockPool(num_blocks, block_size), _Model(num_blocks, block_size)
         prefixes = [[rng.randint(0, 2) for _ in range(rng.randint(0, 6))] for _ in range(3)]
         running = []
-        for step in range(60):
+        for _step in range(60):
             if running and (rng.random() < 0.4 or len(running) > 3):
                 blocks = running.pop(rng.randrange(len(running)))
                 pool.free(blocks)

@@ -98,7 +98,7 @@ def test_salt_reaches_every_block_through_the_chain():
     pool = PrefixCachingBlockPool(num_blocks=4, block_size=2)
     tokens = list(range(10))
     plain, salted = pool.block_hashes(tokens), pool.block_hashes(tokens, cache_salt="s")
-    assert all(a != b for a, b in zip(plain, salted))
+    assert all(a != b for a, b in zip(plain, salted, strict=False))
     assert len(salted) == 5
 
 
@@ -193,13 +193,13 @@ def test_free_queue_behaviour():
 def test_random_tenants_against_a_model():
     rng = random.Random(131)
     tenants = [(None, None), ("sql", None), (None, "a"), (None, "b"), ("sql", "a")]
-    for trial in range(20):
+    for _trial in range(20):
         num_blocks, bs = rng.randint(3, 10), rng.randint(1, 3)
         pool = PrefixCachingBlockPool(num_blocks, bs)
         queue, ref, key_of = list(range(num_blocks)), [0] * num_blocks, {}   # block -> (lora, salt, prefix)
         heads = [[rng.randint(0, 2) for _ in range(rng.randint(0, 6))] for _ in range(3)]
         running = []
-        for step in range(60):
+        for _step in range(60):
             if running and (rng.random() < 0.4 or len(running) > 3):
                 blocks = running.pop(rng.randrange(len(running)))
                 pool.free(blocks)

@@ -165,12 +165,12 @@ def test_every_node_passed_is_stamped():
 
 def test_random_operations_against_models():
     rng = random.Random(104)
-    for trial in range(25):
+    for _trial in range(25):
         tree = RadixCache()
         slot_of = {}                   # cached prefix (tuple of tokens) -> its last token's slot
         held = []                      # nodes locked by our pretend requests
         next_slot = 0
-        for step in range(80):
+        for _step in range(80):
             key = [rng.randint(0, 2) for _ in range(rng.randint(0, 7))]
             action = rng.random()
             if action < 0.4:

@@ -120,11 +120,11 @@ def test_match_refreshes_the_whole_path():
 
 def test_random_operations_keep_every_invariant():
     rng = random.Random(105)
-    for trial in range(25):
+    for _trial in range(25):
         tree = RadixCache()
         held = []
         next_slot = 0
-        for step in range(80):
+        for _step in range(80):
             action = rng.random()
             key = [rng.randint(0, 2) for _ in range(rng.randint(1, 6))]
             if action < 0.4:

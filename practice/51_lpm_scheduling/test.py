@@ -108,13 +108,13 @@ def test_starving_requests_keep_arrival_order():
 
 def test_random_traffic_never_exceeds_the_bound():
     rng = random.Random(106)
-    for trial in range(40):
+    for _trial in range(40):
         bound = rng.randint(0, 4)
         lengths = {}
         sched = _scheduler(lengths, max_passed_over=bound, fcfs_threshold=rng.choice([3, 8, 128]))
         arrival, passed, served = {}, {}, []
         next_id = 0
-        for step in range(60):
+        for _step in range(60):
             for _ in range(rng.randint(0, 3)):
                 rid = f"r{next_id}"
                 lengths[rid] = rng.randint(0, 20)

@@ -165,7 +165,7 @@ class _Model:
 
 def test_random_traces_against_a_model():
     rng = random.Random(130)
-    for trial in range(30):
+    for _trial in range(30):
         params = dict(capacity_blocks=rng.randint(2, 12), load_weight=rng.choice([0.0, 0.5, 1.0, 3.0]),
                       cache_threshold=rng.choice([0.0, 0.3, 0.5, 0.9]),
                       balance_abs_threshold=rng.randint(0, 5), balance_rel_threshold=rng.choice([1.1, 1.5, 3.0]))
@@ -175,7 +175,7 @@ def test_random_traces_against_a_model():
                        params["cache_threshold"], params["balance_abs_threshold"],
                        params["balance_rel_threshold"])
         heads = [[rng.randint(0, 3) for _ in range(rng.randint(0, 8))] for _ in range(4)]
-        for step in range(80):
+        for _step in range(80):
             if rng.random() < 0.35 and any(model.load):
                 replica = rng.choice([r for r in range(n) if model.load[r]])
                 router.finish(replica)
