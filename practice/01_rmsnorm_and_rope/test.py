@@ -77,6 +77,17 @@ def test_rms_norm_keeps_a_zero_vector_finite():
 def test_rms_norm_keeps_the_dtype():
     x = torch.randn(3, 8, dtype=torch.float32)
     assert rms_norm(x, torch.ones(8), 1e-6).dtype == torch.float32
+    got = rms_norm(x.to(torch.bfloat16), torch.ones(8, dtype=torch.bfloat16), 1e-6)
+    assert got.dtype == torch.bfloat16 and got.shape == x.shape
+
+
+def test_rope_keeps_the_shape_and_dtype():
+    for dtype in (torch.float32, torch.bfloat16, torch.float64):
+        x = torch.randn(3, 2, 8).to(dtype)
+        got = apply_rope(x, torch.tensor([0, 5, 9]), 10_000.0)
+        assert (got.shape, got.dtype) == (x.shape, dtype), f"a {dtype} input"
+        reference = rope_reference(x.double(), torch.tensor([0, 5, 9]), 10_000.0)
+        assert max_diff(got.double(), reference) < (1e-5 if dtype != torch.bfloat16 else 0.1), f"a {dtype} input"
 
 
 def test_rope_matches_the_formula():
