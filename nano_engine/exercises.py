@@ -42,6 +42,7 @@ def _judge() -> ModuleType:
     name = "practice_judge"
     if name not in sys.modules:
         spec = importlib.util.spec_from_file_location(name, practice_dir() / "judge.py")
+        assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)
@@ -107,7 +108,7 @@ def _esc(text: object) -> str:
     return html.escape(str(text))
 
 
-def _locals_html(local_vars: dict) -> str:
+def _locals_html(local_vars: dict | None) -> str:
     if not local_vars:
         return ""
     rows = "".join(f"<tr><td><code>{_esc(k)}</code></td><td style='text-align:left'><code>{_esc(v)}</code></td></tr>"

@@ -44,6 +44,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 PRACTICE = Path(__file__).resolve().parent
 
@@ -54,6 +55,7 @@ def _load_sibling(name: str, file: str):
     if name in sys.modules:
         return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, PRACTICE / file)
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
@@ -352,8 +354,8 @@ def judge_file(ex: Exercise, path: str | os.PathLike, *, examples_only: bool = F
     tests_bytes, runner_bytes = ex.tests.read_bytes(), (PRACTICE / "runner.py").read_bytes()
     tests_source = tests_bytes.decode("utf-8")
     seal = load_seal()
-    judged = {"file_sha256": _sha(path.read_bytes()), "tests_sha256": _sha(tests_bytes),
-              "runner_sha256": _sha(runner_bytes)}
+    judged: dict[str, str | bool] = {"file_sha256": _sha(path.read_bytes()), "tests_sha256": _sha(tests_bytes),
+                                     "runner_sha256": _sha(runner_bytes)}
     judged["sealed"] = (seal.get(_seal_key(ex.tests)) == judged["tests_sha256"]
                         and seal.get("runner.py") == judged["runner_sha256"])
     base = {"exercise": ex.number, "title": ex.title, "file": str(path),
@@ -374,6 +376,7 @@ def judge_file(ex: Exercise, path: str | os.PathLike, *, examples_only: bool = F
             proc = subprocess.Popen([sys.executable, "-c", runner.BOOTSTRAP], stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=err, cwd=str(path.parent), env=env, text=True,
                                     encoding="utf-8", errors="replace", start_new_session=(os.name == "posix"))
+            assert proc.stdin is not None
             try:
                 proc.stdin.write(json.dumps(spec) + "\n")
                 proc.stdin.close()
@@ -381,7 +384,9 @@ def judge_file(ex: Exercise, path: str | os.PathLike, *, examples_only: bool = F
                 pass   # the child died at once; reported below as a process that ended
             lines: queue.Queue = queue.Queue()
             threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
-            current, ready, ending = None, False, None
+            current: str | None = None
+            ready = False
+            ending: dict[str, Any] | None = None   # the event that ended this child
             deadline = time.monotonic() + IMPORT_LIMIT
             while ending is None:
                 try:
@@ -700,10 +705,11 @@ def doctor(workspace: Path) -> dict:
     dot = shutil.which("dot")
     row("dot", dot is not None, f"{dot} -- the graphviz program that renders the diagrams" if dot
         else "not found (install graphviz: apt-get install graphviz / brew install graphviz)", False)
-    probe = subprocess.run([sys.executable, "-c", "import nano_engine, sys; print(nano_engine.__file__)"],
-                           capture_output=True, text=True, timeout=120)
-    detail = probe.stdout.strip() if probe.returncode == 0 else (probe.stderr.strip().splitlines() or ["?"])[-1]
-    row("nano_engine", probe.returncode == 0, f"imports from {detail}" if probe.returncode == 0
+    imported = subprocess.run([sys.executable, "-c", "import nano_engine, sys; print(nano_engine.__file__)"],
+                              capture_output=True, text=True, timeout=120)
+    detail = (imported.stdout.strip() if imported.returncode == 0
+              else (imported.stderr.strip().splitlines() or ["?"])[-1])
+    row("nano_engine", imported.returncode == 0, f"imports from {detail}" if imported.returncode == 0
         else f"does not import: {detail} (use the project's .venv/bin/python; set it up with `make lab`)", False)
     return {"ok": all(r["ok"] for r in rows if r["required"]), "checks": rows}
 

@@ -38,16 +38,16 @@ import signal
 import time
 import types
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 EQUIVALENT_FILE = "equivalent_mutants.py"
 
-_SWAP_OPS = {
+_SWAP_OPS: dict[type, list[type]] = {
     ast.Add: [ast.Sub], ast.Sub: [ast.Add], ast.Mult: [ast.FloorDiv, ast.Add], ast.Div: [ast.Mult],
     ast.FloorDiv: [ast.Div, ast.Mult], ast.Mod: [ast.FloorDiv], ast.Pow: [ast.Mult],
     ast.BitAnd: [ast.BitOr], ast.BitOr: [ast.BitAnd], ast.LShift: [ast.RShift], ast.RShift: [ast.LShift],
 }
-_CMP_OPS = {
+_CMP_OPS: dict[type, list[type]] = {
     ast.Lt: [ast.LtE, ast.Gt], ast.LtE: [ast.Lt, ast.GtE], ast.Gt: [ast.GtE, ast.Lt], ast.GtE: [ast.Gt, ast.LtE],
     ast.Eq: [ast.NotEq], ast.NotEq: [ast.Eq], ast.Is: [ast.IsNot], ast.IsNot: [ast.Is],
     ast.In: [ast.NotIn], ast.NotIn: [ast.In],
@@ -59,8 +59,8 @@ _NAME_SWAPS = {"min": "max", "max": "min", "any": "all", "all": "any"}
 # Which code is the reader's
 
 
-def _qualnames(tree: ast.AST) -> Iterator[tuple[str, ast.FunctionDef]]:
-    def walk(node: ast.AST, prefix: str) -> Iterator[tuple[str, ast.FunctionDef]]:
+def _qualnames(tree: ast.AST) -> Iterator[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
+    def walk(node: ast.AST, prefix: str) -> Iterator[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 yield prefix + child.name, child
@@ -99,7 +99,7 @@ def _is_docstring(stmt: ast.stmt, body: list[ast.stmt]) -> bool:
             and isinstance(stmt.value.value, str))
 
 
-def _expression_changes(node: ast.AST) -> Iterator[tuple[str, Callable[[], ast.AST]]]:
+def _expression_changes(node: ast.AST) -> Iterator[tuple[str, Callable[..., Any]]]:
     """(kind, build) pairs: each build() returns a replacement for ``node``."""
     if isinstance(node, ast.BinOp):
         for new in _SWAP_OPS.get(type(node.op), []):
@@ -156,7 +156,7 @@ def _expression_changes(node: ast.AST) -> Iterator[tuple[str, Callable[[], ast.A
                 yield "off by one", lambda k=k: ast.Subscript(node.value, _plus(node.slice, k), node.ctx)
 
 
-def _statement_changes(stmt: ast.stmt, body: list[ast.stmt]) -> Iterator[tuple[str, Callable[[], list[ast.stmt]]]]:
+def _statement_changes(stmt: ast.stmt, body: list[ast.stmt]) -> Iterator[tuple[str, Callable[..., Any]]]:
     if _is_docstring(stmt, body) or isinstance(stmt, (ast.Pass, ast.FunctionDef, ast.ClassDef, ast.Import,
                                                       ast.ImportFrom, ast.Global, ast.Nonlocal)):
         return
@@ -195,8 +195,8 @@ def generate_mutants(solution_source: str, starter_source: str | None = None) ->
     mutants: list[Mutant] = []
     seen: dict[str, int] = {}
 
-    def add(where: str, kind: str, before: ast.AST, after: ast.AST | list[ast.stmt], apply: Callable[[], None],
-            undo: Callable[[], None], context: str = "") -> None:
+    def add(where: str, kind: str, before: ast.AST, after: Any, apply: Callable[..., Any],
+            undo: Callable[..., Any], context: str = "") -> None:
         apply()
         try:
             source = ast.unparse(ast.fix_missing_locations(tree))
@@ -367,6 +367,7 @@ def mutate_exercise(ex, runner: types.ModuleType, judge_file: Callable | None = 
             outcome = _run_in_fork(runner, ex.tests, m.source, limit)
         else:   # pragma: no cover -- Windows: the judge's own child process
             import tempfile
+            assert judge_file is not None, "without fork, mutants run through judge.judge_file"
             with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False, encoding="utf-8") as f:
                 f.write(m.source)
             report = judge_file(ex, f.name, timeout=limit, check_interface=False)

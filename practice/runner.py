@@ -35,7 +35,7 @@ import traceback
 import types
 from collections import OrderedDict
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Iterable
 
 # Bound now, before any reader's code runs: a solution that replaces time.perf_counter or
 # hashlib.sha256 later does not change what the judge uses.
@@ -44,7 +44,7 @@ try:   # the C encoder: json.JSONEncoder's Python methods could be replaced by t
     from _json import encode_basestring_ascii as _c_escape
     from _json import make_encoder as _c_make_encoder
 except ImportError:   # pragma: no cover -- a Python without the _json accelerator
-    _c_make_encoder = None
+    _c_make_encoder = None  # type: ignore[misc, assignment]
 
 
 def _json_line(event: dict) -> str:
@@ -238,7 +238,8 @@ class _RewriteAsserts(ast.NodeTransformer):
         test = node.test
         if isinstance(test, ast.Compare) and len(test.ops) == 1 and type(test.ops[0]) in _OPS:
             sides = [("@got", test.left), ("@expected", test.comparators[0])]
-            pair = [ast.Name("@got", ast.Load()), ast.Name("@expected", ast.Load())]
+            pair: list[ast.expr] = [ast.Name("@got", ast.Load()), ast.Name("@expected", ast.Load())]
+            check: ast.expr
             if isinstance(test.ops[0], (ast.Eq, ast.NotEq)):   # == decided by plain values, see plain_equal
                 check = ast.Call(ast.Name("@plain_equal", ast.Load()), pair, [])
                 if isinstance(test.ops[0], ast.NotEq):
@@ -269,7 +270,7 @@ def _own_eq(value: object, depth: int = 3, budget: list[int] | None = None) -> b
         return True
     if depth == 0 or budget[0] <= 0 or type(value) not in (list, tuple, set, frozenset, dict):
         return False
-    items = itertools.chain(value.keys(), value.values()) if type(value) is dict else value
+    items: Iterable = itertools.chain(value.keys(), value.values()) if isinstance(value, dict) else value  # type: ignore[assignment]
     return any(_own_eq(v, depth - 1, budget) for v in itertools.islice(items, 2000))
 
 
@@ -322,7 +323,7 @@ def load_module(path: str | os.PathLike, name: str = SOLUTION_MODULE) -> types.M
             exec(code, module.__dict__)
     except (Exception, SystemExit) as exc:
         where = _innermost(exc.__traceback__, path)
-        info = {"verdict": RUNTIME, "message": _exception_text(exc) + " (while loading the file)"}
+        info: dict[str, Any] = {"verdict": RUNTIME, "message": _exception_text(exc) + " (while loading the file)"}
         if where is not None:
             info.update(lineno=where[1], line=_source_line(path, where[1]))
         raise LoadError(info) from None
@@ -333,7 +334,7 @@ def required_names(starter_path: str | os.PathLike) -> list[tuple[str, str | Non
     """The interface an exercise asks for: public top-level functions and classes of the
     starter, and the public methods of those classes, as (name, method or None, signature)."""
     tree = ast.parse(Path(starter_path).read_text(encoding="utf-8"))
-    wanted = []
+    wanted: list[tuple[str, str | None, str]] = []
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.name.startswith("_"):
             wanted.append((node.name, None, f"def {node.name}({ast.unparse(node.args)})"))
@@ -489,7 +490,7 @@ def run_test(name: str, func: Callable, test_path: str, solution_path: str | Non
         result = describe_failure(exc, test_path, solution_path)
     finally:
         sys.stdout, sys.stderr, sys.breakpointhook = saved
-    result = {"name": name, **result, "seconds": round(_perf_counter() - start, 4)}
+    result = {"name": name, **result, "seconds": round(_perf_counter() - start, 4)}  # type: ignore[dict-item]
     printed = out.getvalue()
     if printed:
         result["stdout"] = printed
@@ -626,7 +627,7 @@ def sign(secret: str, line: str) -> str:
 def _code_objects(namespace: dict) -> set[types.CodeType]:
     """Every code object defined in a module: its functions, methods, and what they nest."""
     found: set[types.CodeType] = set()
-    stack = [v for v in namespace.values() if isinstance(v, (types.FunctionType, type))]
+    stack: list[Any] = [v for v in namespace.values() if isinstance(v, (types.FunctionType, type))]
     while stack:
         item = stack.pop()
         if isinstance(item, type):
@@ -660,7 +661,7 @@ def _install_guard() -> None:
     get_ident, getframe = _thread.get_ident, sys._getframe
 
     def called_by_runner() -> bool:
-        frame = getframe(2)   # 0: here, 1: the hook, 2: whatever raised the event
+        frame: types.FrameType | None = getframe(2)   # 0: here, 1: the hook, 2: whatever raised the event
         while frame is not None:
             if frame.f_code in runner_code:
                 return True
@@ -752,7 +753,7 @@ def child_main(spec: dict) -> int:
 
     solution, tests_path, tests_source = spec["solution"], spec["tests"], spec["tests_source"]
     timeout = float(spec.get("timeout") or 10)
-    state = {"test": None, "deadline": _monotonic() + timeout}
+    state: dict[str, Any] = {"test": None, "deadline": _monotonic() + timeout}
     main_thread = _thread.get_ident()
 
     def watchdog() -> None:
