@@ -110,6 +110,11 @@ class Exercise:
         return self.meta.get("difficulty", "")
 
     @property
+    def optional(self) -> bool:
+        """Marked `optional:` in the front matter (exercise 01: the model, not the caching path)."""
+        return bool(self.meta.get("optional"))
+
+    @property
     def chapter(self) -> str:
         return self.meta.get("chapter", "")
 
@@ -802,7 +807,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace, workspace: Path) -> int:
     if args.command == "list":
-        rows = [{"number": e.number, "title": e.title, "difficulty": e.difficulty, "chapter": e.chapter,
+        rows = [{"number": e.number, "title": e.title + (" (optional)" if e.optional else ""),
+                 "difficulty": e.difficulty, "chapter": e.chapter, "optional": e.optional,
                  "status": reader_status(e, workspace), "folder": e.name} for e in find_exercises()]
         if args.json:
             _print_json(rows)

@@ -209,6 +209,15 @@ def test_show_problem_renders_markdown():
     assert "| 31 |" in table and "| 32 |" in table and "| 21 |" not in table
 
 
+def test_old_numbers_work_in_the_notebook():
+    pytest.importorskip("IPython")
+    from nano_engine.exercises import problem_markdown
+
+    assert "# 21. Chained block hashes" in problem_markdown(101)
+    assert "# 01. RMSNorm" in problem_markdown(1) and "# 01. RMSNorm" in problem_markdown("100")
+    assert judge.get_exercise("01").optional and not judge.get_exercise("21").optional
+
+
 def test_check_button_shows_verdicts(tmp_path):
     pytest.importorskip("ipywidgets")
     from nano_engine.exercises import check_button
