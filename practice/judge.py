@@ -6,7 +6,11 @@
     python practice/judge.py test 21 --run        run the examples (test_example*) on your file
     python practice/judge.py test 21              run every test; accepted only when all pass
     python practice/judge.py solution 21          run the tests on the reference solution (--show prints it)
-    python practice/judge.py check                every reference accepted; starters and known-wrong variants rejected
+    python practice/judge.py mistakes 21          the classic mistakes of exercise 21, each as a diff
+    python practice/judge.py check                every exercise sound: reference accepted, starter and mistakes
+                                                  rejected, worked examples right, no surviving mutant
+    python practice/judge.py mutate 21            mutation testing of one exercise (all without a number)
+    python practice/judge.py seal                 record the hashes of runner.py and every test.py
     python practice/judge.py doctor               Python, packages and optional tools
 
 Options: --file PATH judges any file; --timeout S limits each test (default 10 s); --json prints
@@ -14,7 +18,8 @@ a machine-readable report (the notebooks' "Check my solution" button reads it); 
 (or the NANO_ENGINE_WORKSPACE environment variable) moves the workspace.
 
 Your code runs in a separate Python process with a time limit and a memory limit, so an endless
-loop or a crash is reported as a verdict ("timeout", "runtime error") instead of hanging the judge.
+loop or a crash is reported as a verdict ("timeout", "runtime error") instead of hanging the judge;
+the verdict is decided here, from the child's signed results (see practice/README.md).
 Standard library only: the tests themselves run in runner.py, which a browser could run too.
 Exit status: 0 when accepted (or the command succeeded), 1 otherwise, 2 for a usage error.
 """
