@@ -702,3 +702,52 @@ def test_the_tests_libraries_are_imported_once_before_the_clock():
     """Exercise 01's tests import torch: the child imports it before the first test's time
     limit starts, and a forked mutant inherits it."""
     assert "torch" in runner._test_imports(judge.get_exercise("01").tests.read_text())
+
+
+# ---------------------------------------------------------------------------------------------
+# Mutation testing
+
+
+def test_mutants_cover_the_classic_mistakes():
+    source = textwrap.dedent("""\
+        def f(xs, limit, key=None):
+            total = 0
+            for i in range(len(xs) - 1):
+                if key is None and xs[i] < limit:
+                    total += xs[i:i + 2][0]
+            return max(total, 0)
+        """)
+    ids = [m.id for m in judge.mutation.generate_mutants(source)]
+    kinds = {m.kind for m in judge.mutation.generate_mutants(source)}
+    assert {"operator", "comparison", "is None -> falsy", "constant", "off by one", "swapped arguments",
+            "deleted statement", "iteration order", "dropped condition", "function"} <= kinds
+    assert "f: 'if key is None and xs[i] < limit:': 'xs[i] < limit' -> 'xs[i] <= limit'" in ids
+    assert "f: 'if key is None and xs[i] < limit:': 'key is None' -> 'not key'" in ids
+    assert "f: 'total += xs[i:i + 2][0]' -> 'pass'" in ids
+    assert len(ids) == len(set(ids)), "ids are unique"
+
+
+def test_only_the_readers_functions_are_mutated():
+    solution = "def given(x):\n    return x + 1\n\ndef yours(x):\n    return x - 1\n"
+    starter = "def given(x):\n    return x + 1\n\ndef yours(x):\n    raise NotImplementedError\n"
+    mutants = judge.mutation.generate_mutants(solution, starter)
+    assert mutants and all(m.id.startswith("yours:") for m in mutants)
+
+
+def test_weak_tests_leave_survivors_and_stale_declarations_are_reported(tmp_path):
+    import shutil
+    folder = tmp_path / "21_chained_block_hashes"
+    shutil.copytree(PRACTICE / "21_chained_block_hashes", folder)
+    (folder / "test.py").write_text(textwrap.dedent("""\
+        from solution_under_test import block_hashes
+
+        def test_example_length():
+            assert len(block_hashes([1, 2, 3, 4], 2)) == 2
+        """))
+    (folder / "equivalent_mutants.py").write_text('EQUIVALENT = {"block_hashes: no such mutant": "stale"}\n')
+    ex = judge.get_exercise("21", root=tmp_path)
+    result = judge.mutation.mutate_exercise(ex, runner, judge.judge_file)
+    assert result["survivors"], "a test that only counts blocks misses most mutants"
+    assert "block_hashes: 'hashes.append(parent)' -> 'pass'" not in result["survivors"], "an empty list is caught"
+    assert result["stale_declarations"] == ["block_hashes: no such mutant"]
+    assert result["killed"] + len(result["survivors"]) == result["generated"]
