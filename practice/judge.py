@@ -911,7 +911,7 @@ def _dispatch(args: argparse.Namespace, workspace: Path) -> int:
                 print(f"{mark} {r['exercise']} {r.get('title', '')}: "
                       f"reference {files[0]['verdict'] if files else '?'}, "
                       f"starter {'rejected' if len(files) > 1 and files[1]['ok'] else 'NOT rejected'}, "
-                      f"{sum(f['ok'] for f in wrong)}/{len(wrong)} wrong variants rejected, "
+                      f"{sum(f['ok'] for f in wrong)}/{len(wrong)} mistakes rejected, "
                       f"{r.get('examples', 0)} example tests, {r.get('worked_examples', 0)} worked examples checked")
                 for f in wrong:
                     print(f"       {'rejected' if f['ok'] else 'ACCEPTED'}  {f['file']}: {f['mistake']}"
