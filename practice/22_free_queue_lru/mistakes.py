@@ -17,4 +17,12 @@ MISTAKES = [
      "explain": 'touch adds a reference but leaves a free block in the queue, so a block in use can be handed out.',
      "old": '            if self.ref_cnt[b] == 0:\n                del self.free_queue[b]\n',
      "new": ''},
+    {"name": 'no_evict_on_reuse',
+     "explain": 'Reuses a block without forgetting its hash: a stale entry keeps serving old KV.',
+     "old": '            if self.block_hash[b] is not None:   # about to be overwritten: forget what it cached\n                del self.hash_to_block[self.block_hash[b]]\n                self.block_hash[b] = None\n',
+     "new": ''},
+    {"name": 'partial_allocate',
+     "explain": 'When short of blocks, takes what there is before returning None.',
+     "old": '        if n > len(self.free_queue):\n            return None\n        blocks = []\n        for _ in range(n):\n',
+     "new": '        blocks = []\n        for _ in range(n):\n            if not self.free_queue:\n                return None\n'},
 ]
