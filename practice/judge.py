@@ -2,11 +2,15 @@
 """judge.py -- write the mechanisms of the prefix-caching chapters yourself, and have them judged.
 
     python practice/judge.py list                 exercises, with your status
-    python practice/judge.py start 101            copy the starter into practice/workspace/, show the problem
-    python practice/judge.py test 101 --run       run the examples (test_example*) on your file
-    python practice/judge.py test 101             run every test; accepted only when all pass
-    python practice/judge.py solution 101         run the tests on the reference solution (--show prints it)
-    python practice/judge.py check                every reference accepted; starters and known-wrong variants rejected
+    python practice/judge.py start 21             copy the starter into practice/workspace/, show the problem
+    python practice/judge.py test 21 --run        run the examples (test_example*) on your file
+    python practice/judge.py test 21              run every test; accepted only when all pass
+    python practice/judge.py solution 21          run the tests on the reference solution (--show prints it)
+    python practice/judge.py mistakes 21          the classic mistakes of exercise 21, each as a diff
+    python practice/judge.py check                every exercise sound: reference accepted, starter and mistakes
+                                                  rejected, worked examples right, no surviving mutant
+    python practice/judge.py mutate 21            mutation testing of one exercise (all without a number)
+    python practice/judge.py seal                 record the hashes of runner.py and every test.py
     python practice/judge.py doctor               Python, packages and optional tools
 
 Options: --file PATH judges any file; --timeout S limits each test (default 10 s); --json prints
@@ -14,7 +18,8 @@ a machine-readable report (the notebooks' "Check my solution" button reads it); 
 (or the NANO_ENGINE_WORKSPACE environment variable) moves the workspace.
 
 Your code runs in a separate Python process with a time limit and a memory limit, so an endless
-loop or a crash is reported as a verdict ("timeout", "runtime error") instead of hanging the judge.
+loop or a crash is reported as a verdict ("timeout", "runtime error") instead of hanging the judge;
+the verdict is decided here, from the child's signed results (see practice/README.md).
 Standard library only: the tests themselves run in runner.py, which a browser could run too.
 Exit status: 0 when accepted (or the command succeeded), 1 otherwise, 2 for a usage error.
 """
@@ -27,6 +32,7 @@ import concurrent.futures
 import dataclasses
 import doctest
 import hashlib
+import hmac
 import importlib.metadata
 import importlib.util
 import json
@@ -34,6 +40,7 @@ import os
 import platform
 import queue
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -42,29 +49,43 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 PRACTICE = Path(__file__).resolve().parent
 
 
-def _load_runner():
-    """Import runner.py from next to this file without putting practice/ on sys.path (the
+def _load_sibling(name: str, file: str):
+    """Import a file from next to this one without putting practice/ on sys.path (the
     notebook kernel imports this module too, and should not see a top-level `runner`)."""
-    spec = importlib.util.spec_from_file_location("practice_runner", PRACTICE / "runner.py")
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, PRACTICE / file)
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
 
 
-runner = sys.modules.get("practice_runner") or _load_runner()   # the test-running core
+runner = _load_sibling("practice_runner", "runner.py")       # the test-running core
+mutation = _load_sibling("practice_mutation", "mutation.py")   # mutation testing of the exercises
 
 DEFAULT_TIMEOUT = 10.0       # seconds per test
 DEFAULT_MEMORY_MB = 2048     # address-space limit of the child process (where the OS supports it)
+IMPORT_LIMIT = 180.0         # the libraries test.py imports (torch: seconds on a busy machine) load before the clock starts
 STARTUP_GRACE = 3.0          # the child's own watchdog fires first; this catches a child that cannot
-MAX_TIMEOUTS = 2             # after this many timed-out tests, the rest are not run
 STATUS_FILE = ".judge_status.json"
+SEAL_FILE = "SHA256SUMS"     # shipped hashes of runner.py and every test.py (`judge.py seal` writes it)
 NOT_RUN = "not run"
 EXPLANATION = re.compile(r"<details>\s*<summary>\s*Explanation.*?</details>\s*", re.S | re.I)
+
+
+# Exercises were first numbered 100-131; the number now tells the chapter (21 = chapter 2, first
+# exercise). The old numbers keep working everywhere a number is accepted, and a workspace file
+# started under the old name is still found.
+ALIASES = {"100": "01", "107": "11", "101": "21", "102": "22", "103": "23", "131": "24",
+           "104": "31", "105": "32", "108": "41", "106": "51", "130": "53"}
+OLD_NUMBER = {new: old for old, new in ALIASES.items()}
 
 
 class UsageError(Exception):
@@ -94,6 +115,11 @@ class Exercise:
         return self.meta.get("difficulty", "")
 
     @property
+    def optional(self) -> bool:
+        """Marked `optional:` in the front matter (exercise 01: the model, not the caching path)."""
+        return bool(self.meta.get("optional"))
+
+    @property
     def chapter(self) -> str:
         return self.meta.get("chapter", "")
 
@@ -104,10 +130,32 @@ class Exercise:
 
     @property
     def wrong_variants(self) -> list[Path]:
+        """Whole-file wrong variants (mistakes that really rewrite the code)."""
         return sorted((self.folder / "wrong").glob("*.py"))
 
+    @property
+    def mistakes(self) -> list[dict]:
+        """The classic mistakes stored as edits of solution.py (mistakes.py's MISTAKES)."""
+        path = self.folder / "mistakes.py"
+        if not path.exists():
+            return []
+        namespace: dict = {}
+        exec(compile(path.read_text(encoding="utf-8"), str(path), "exec"), namespace)
+        return list(namespace.get("MISTAKES", []))
+
+    @property
+    def old_name(self) -> str | None:
+        """The folder name under the old three-digit number (e.g. 101_chained_block_hashes)."""
+        old = OLD_NUMBER.get(self.number)
+        return f"{old}_{self.name.split('_', 1)[1]}" if old else None
+
     def workspace_file(self, workspace: Path) -> Path:
-        return workspace / f"{self.name}.py"
+        """The reader's file; one started under the old number is kept in use."""
+        path = workspace / f"{self.name}.py"
+        legacy = workspace / f"{self.old_name}.py" if self.old_name else None
+        if not path.exists() and legacy is not None and legacy.exists():
+            return legacy
+        return path
 
 
 def parse_front_matter(text: str) -> tuple[dict, str]:
@@ -142,14 +190,41 @@ def find_exercises(root: Path = PRACTICE) -> list[Exercise]:
     return sorted(exercises, key=lambda e: int(e.number))
 
 
-def get_exercise(key: str, root: Path = PRACTICE) -> Exercise:
-    """By number (``101``), folder name (``101_chained_block_hashes``) or slug."""
-    key = str(key)
+def canonical_key(key: str | int) -> str:
+    """``1`` and ``"1"`` mean ``"01"``; an old number (``101``) or old folder name means the new one."""
+    key = str(key).strip()
+    number, sep, rest = key.partition("_")
+    if number.isdigit():
+        number = ALIASES.get(number, number.zfill(2))
+    return number + sep + rest
+
+
+def get_exercise(key: str | int, root: Path = PRACTICE) -> Exercise:
+    """By number (``21``; the old ``101`` too), folder name (``21_chained_block_hashes``) or slug."""
+    key = canonical_key(key)
     for ex in find_exercises(root):
         if key in (ex.number, ex.name, ex.name.split("_", 1)[1]):
             return ex
     known = ", ".join(e.number for e in find_exercises(root))
     raise UsageError(f"no exercise {key!r}; known: {known} (see `judge.py list`)")
+
+
+def apply_mistake(ex: Exercise, mistake: dict) -> str:
+    """solution.py with one mistake's edit applied; its ``old`` text must occur exactly once."""
+    source = ex.solution.read_text(encoding="utf-8")
+    count = source.count(mistake["old"])
+    if count != 1:
+        raise ValueError(f"mistake {mistake.get('name')!r}: its `old` text occurs {count} times in "
+                         f"{ex.name}/solution.py (must be exactly once)")
+    return source.replace(mistake["old"], mistake["new"])
+
+
+def mistake_diff(ex: Exercise, mistake: dict) -> str:
+    """The mistake as a unified diff against the reference (what a reader looks at)."""
+    import difflib
+    before = ex.solution.read_text(encoding="utf-8").splitlines(keepends=True)
+    after = apply_mistake(ex, mistake).splitlines(keepends=True)
+    return "".join(difflib.unified_diff(before, after, "solution.py", f"mistake: {mistake['name']}", n=1))
 
 
 # --------------------------------------------------------------------------------------------
@@ -171,17 +246,19 @@ def load_status(workspace: Path) -> dict:
         return {}
 
 
-def remember_accepted(workspace: Path, ex: Exercise, path: Path) -> None:
+def remember_accepted(workspace: Path, ex: Exercise, path: Path, judged: dict | None = None) -> None:
+    """Record an acceptance with what was judged (the file's hash, test.py's and the runner's)."""
     status = load_status(workspace)
     status[ex.number] = {"status": "accepted", "sha256": _digest(path),
-                         "when": time.strftime("%Y-%m-%d %H:%M:%S")}
+                         "when": time.strftime("%Y-%m-%d %H:%M:%S"), **(judged or {})}
     workspace.mkdir(parents=True, exist_ok=True)
     (workspace / STATUS_FILE).write_text(json.dumps(status, indent=1), encoding="utf-8")
 
 
 def reader_status(ex: Exercise, workspace: Path) -> str:
     path = ex.workspace_file(workspace)
-    record = load_status(workspace).get(ex.number)
+    status = load_status(workspace)
+    record = status.get(ex.number) or status.get(OLD_NUMBER.get(ex.number, ex.number))
     if record:
         edited = path.exists() and _digest(path) != record.get("sha256")
         return "accepted (edited since)" if edited else "accepted"
@@ -225,39 +302,102 @@ def _kill(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def load_seal(root: Path = PRACTICE) -> dict[str, str]:
+    """The shipped hashes (practice/SHA256SUMS: "<sha256>  <path under practice/>" per line)."""
+    try:
+        lines = (root / SEAL_FILE).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return {}
+    return {path: digest for digest, _, path in (line.partition("  ") for line in lines) if path}
+
+
+def sealed_files(root: Path = PRACTICE) -> list[Path]:
+    """What the seal covers: the runner, and every exercise's test.py."""
+    return [root / "runner.py"] + [ex.tests for ex in find_exercises(root) if ex.tests.exists()]
+
+
+def write_seal(root: Path = PRACTICE) -> Path:
+    """Record the hashes of the files the verdicts depend on (`judge.py seal`, run by authors)."""
+    lines = [f"{_sha(p.read_bytes())}  {p.relative_to(root).as_posix()}" for p in sealed_files(root)]
+    (root / SEAL_FILE).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return root / SEAL_FILE
+
+
+def _seal_key(path: Path) -> str:
+    """The seal's key for a test.py: its exercise folder and name (a copied folder keeps its key)."""
+    return f"{path.parent.name}/{path.name}"
+
+
+def _read_event(line: str, secret: str) -> dict | None:
+    """A protocol line's event, or None when its signature is not the runner's."""
+    mac, _, text = line.rstrip("\n").partition(" ")
+    if not hmac.compare_digest(mac, runner.sign(secret, text)):
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
 def judge_file(ex: Exercise, path: str | os.PathLike, *, examples_only: bool = False,
                timeout: float = DEFAULT_TIMEOUT, memory_mb: int | None = DEFAULT_MEMORY_MB,
                check_interface: bool = True) -> dict:
     """Run exercise ``ex``'s tests on the file at ``path`` in a child process; return the report.
 
-    Each test gets ``timeout`` seconds. A test that times out or kills its process is recorded and
-    the remaining tests continue in a fresh process (up to MAX_TIMEOUTS timeouts).
+    The verdict is decided here, from the child's signed events and the list of tests this
+    process read from test.py itself: a test without a result is not a pass. Each test gets
+    ``timeout`` seconds; after the first timeout (or a crash) the tests not yet run are skipped
+    with a note -- an endless loop costs one time limit, not one per test. The report records
+    what was judged: hashes of the file, test.py and the runner, and whether those two are the
+    shipped ones (``sealed``).
     """
+    if not timeout > 0:
+        raise UsageError(f"--timeout must be a positive number of seconds, got {timeout:g}")
     path = Path(path).resolve()
-    base = {"exercise": ex.number, "title": ex.title, "file": str(path),
-            "mode": "examples" if examples_only else "all", "timeout": timeout}
     if not path.is_file():
         raise UsageError(f"no such file: {path} (run `python practice/judge.py start {ex.number}` "
                          "first, or pass --file)")
+    tests_bytes, runner_bytes = ex.tests.read_bytes(), (PRACTICE / "runner.py").read_bytes()
+    tests_source = tests_bytes.decode("utf-8")
+    seal = load_seal()
+    judged: dict[str, str | bool] = {"file_sha256": _sha(path.read_bytes()), "tests_sha256": _sha(tests_bytes),
+                                     "runner_sha256": _sha(runner_bytes)}
+    judged["sealed"] = (seal.get(_seal_key(ex.tests)) == judged["tests_sha256"]
+                        and seal.get("runner.py") == judged["runner_sha256"])
+    base = {"exercise": ex.number, "title": ex.title, "file": str(path),
+            "mode": "examples" if examples_only else "all", "timeout": timeout, "judged": judged}
     names = runner.list_test_names(ex.tests, examples_only=examples_only)
     results: dict[str, dict] = {}
     remaining = list(names)
-    timeouts, load_error, not_run_reason = 0, None, "not found in test.py"
+    load_error, not_run_reason, unsigned = None, "not found in test.py", 0
     stderr_text = ""
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8"}
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8", "PYTHONBREAKPOINT": "0"}
     while remaining and load_error is None:
-        spec = {"tests": str(ex.tests), "solution": str(path), "only": remaining,
-                "starter": str(ex.starter) if check_interface else None,
-                "examples_only": examples_only, "timeout": timeout, "memory_mb": memory_mb}
+        secret = secrets.token_hex(32)
+        spec = {"tests": str(ex.tests), "tests_source": tests_source, "solution": str(path), "only": remaining,
+                "starter": str(ex.starter) if check_interface else None, "examples_only": examples_only,
+                "timeout": timeout, "memory_mb": memory_mb, "secret": secret,
+                "runner_path": str(PRACTICE / "runner.py"), "runner_source": runner_bytes.decode("utf-8")}
         with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as err:
-            proc = subprocess.Popen([sys.executable, str(PRACTICE / "runner.py"), json.dumps(spec)],
-                                    stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL,
-                                    cwd=str(path.parent), env=env, text=True, encoding="utf-8",
-                                    errors="replace", start_new_session=(os.name == "posix"))
+            proc = subprocess.Popen([sys.executable, "-c", runner.BOOTSTRAP], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=err, cwd=str(path.parent), env=env, text=True,
+                                    encoding="utf-8", errors="replace", start_new_session=(os.name == "posix"))
+            assert proc.stdin is not None
+            try:
+                proc.stdin.write(json.dumps(spec) + "\n")
+                proc.stdin.close()
+            except OSError:
+                pass   # the child died at once; reported below as a process that ended
             lines: queue.Queue = queue.Queue()
             threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
-            current, ready, ending = None, False, None
-            deadline = time.monotonic() + timeout + STARTUP_GRACE
+            current: str | None = None
+            ready = False
+            ending: dict[str, Any] | None = None   # the event that ended this child
+            deadline = time.monotonic() + IMPORT_LIMIT
             while ending is None:
                 try:
                     line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
@@ -267,29 +407,35 @@ def judge_file(ex: Exercise, path: str | os.PathLike, *, examples_only: bool = F
                 if line is None:
                     ending = {"event": "died"}
                     break
-                try:
-                    event = json.loads(line)
-                except ValueError:
+                event = _read_event(line, secret)
+                if event is None:
+                    unsigned += 1   # written by the reader's code, not by the runner
                     continue
                 kind = event.pop("event")
-                if kind == "load_error":
+                if kind == "imported":
+                    deadline = time.monotonic() + timeout + STARTUP_GRACE
+                elif kind == "load_error":
                     load_error = event
                     ending = {"event": "done"}
                 elif kind == "ready":
-                    ready = True
+                    ready = event.get("tests") == remaining
+                    if not ready:
+                        ending = {"event": "died"}
                     deadline = time.monotonic() + timeout + STARTUP_GRACE
-                elif kind == "start":
+                elif kind == "start" and ready and current is None and event.get("test") in remaining:
                     current = event["test"]
                     deadline = time.monotonic() + timeout + STARTUP_GRACE
-                elif kind == "result":
-                    results[event["name"]] = event
-                    remaining.remove(event["name"])
+                elif kind == "result" and current is not None and event.get("name") == current:
+                    results[current] = event
+                    remaining.remove(current)
                     current = None
-                elif kind in ("timeout", "done"):
+                elif kind == "timeout" and event.get("test") == current:
                     ending = {"event": kind, **event}
+                elif kind == "done" and ready:
+                    ending = {"event": kind}
             _kill(proc)
             err.seek(0)
-            stderr_text = (stderr_text + err.read())[-4000:]
+            stderr_text = (stderr_text + err.read(200_000))[-4000:]
         if ending["event"] == "done":
             break
         if not ready:   # the file itself hung or killed the process while loading
@@ -306,20 +452,20 @@ def judge_file(ex: Exercise, path: str | os.PathLike, *, examples_only: bool = F
             break
         remaining.remove(current)
         if ending["event"] == "timeout":
-            timeouts += 1
             where = ending.get("where")
             failure = {"yours" if where and where["file"] == "your file" else "test": where} if where else None
             results[current] = {"name": current, "verdict": runner.TIMEOUT, "failure": failure,
                                 "message": f"did not finish within {timeout:g} s (an endless loop?)",
                                 "seconds": timeout}
-            if timeouts >= MAX_TIMEOUTS:
-                not_run_reason = f"stopped after {MAX_TIMEOUTS} timeouts"
-                break
+            not_run_reason = (f"skipped after the timeout in {current} (fix that one first; "
+                              "each further endless loop would cost another time limit)")
         else:
             results[current] = {"name": current, "verdict": runner.RUNTIME, "failure": None,
                                 "message": f"the Python process ended during this test (exit code "
                                            f"{proc.returncode}): os._exit(), a crash, or out of memory",
                                 "seconds": 0.0}
+            not_run_reason = f"skipped after the Python process ended in {current}"
+        break
     if load_error is not None:
         report = {**base, **runner.not_run_report(names, load_error)}
     else:
@@ -327,6 +473,8 @@ def judge_file(ex: Exercise, path: str | os.PathLike, *, examples_only: bool = F
                                     "message": f"not run: {not_run_reason}"}
                  for n in names]
         report = {**base, **runner.summarize(tests), "tests": tests}
+    if unsigned:
+        report["unsigned_lines"] = unsigned
     if stderr_text.strip():
         report["stderr"] = stderr_text.strip()[-1500:]
     return report
@@ -388,6 +536,13 @@ def format_report(report: dict) -> str:
     if report.get("stderr") and (load_error or any(t["verdict"] == runner.RUNTIME for t in report["tests"])):
         lines += ["", "  output on stderr (last lines):"]
         lines += ["    " + s for s in report["stderr"].splitlines()[-10:]]
+    judged = report.get("judged") or {}
+    if report.get("unsigned_lines"):
+        lines += ["", f"  note: {report['unsigned_lines']} line(s) on the judge's channel were not written by the "
+                      "runner and were ignored"]
+    if judged and not judged.get("sealed"):
+        lines += ["", "  note: test.py or runner.py differs from the shipped version (practice/SHA256SUMS): "
+                      "this verdict is not recorded"]
     lines += ["", f"verdict: {_color(report['verdict'], VERDICT_COLOR.get(report['verdict'], '0'))}",
               report["summary"]]
     return "\n".join(lines)
@@ -440,8 +595,12 @@ def worked_examples(ex: Exercise) -> doctest.TestResults:
     return result
 
 
-def check_exercise(ex: Exercise, timeout: float = DEFAULT_TIMEOUT) -> dict:
-    """Everything `check` verifies about one exercise; problems are listed in "problems"."""
+def check_exercise(ex: Exercise, timeout: float = DEFAULT_TIMEOUT, mutate: bool = True) -> dict:
+    """Everything `check` verifies about one exercise; problems are listed in "problems".
+
+    The reference is accepted; the starter, every whole-file wrong variant and every mistake of
+    mistakes.py are rejected; the worked examples agree; and (``mutate``) every mutant of the
+    reference is killed by some test or declared equivalent."""
     problems = []
     meta, body = parse_front_matter(ex.problem.read_text(encoding="utf-8"))
     for key in ("title", "chapter", "difficulty", "tags"):
@@ -462,27 +621,46 @@ def check_exercise(ex: Exercise, timeout: float = DEFAULT_TIMEOUT) -> dict:
     except Exception as exc:
         examples_run = 0
         problems.append(f"a worked example in problem.md disagrees with the reference:\n{exc}")
-    files = [("reference", ex.solution), ("starter", ex.starter)] + [
-        (f"wrong/{p.name}", p) for p in ex.wrong_variants]
-    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        reports = list(pool.map(lambda item: judge_file(ex, item[1], timeout=timeout), files))
+    with tempfile.TemporaryDirectory(prefix="judge_mistakes_") as scratch:
+        files = [("reference", ex.solution, ""), ("starter", ex.starter, "")] + [
+            (f"wrong/{p.name}", p, _first_docstring_line(p)) for p in ex.wrong_variants]
+        for mistake in ex.mistakes:   # generated into a file only now, to be judged
+            try:
+                generated = Path(scratch) / f"{mistake['name']}.py"
+                generated.write_text(apply_mistake(ex, mistake), encoding="utf-8")
+                files.append((f"mistake {mistake['name']}", generated, mistake.get("explain", "")))
+            except (ValueError, KeyError) as exc:
+                problems.append(f"mistakes.py: {exc}")
+        with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+            reports = list(pool.map(lambda item: judge_file(ex, item[1], timeout=timeout), files))
     rows = []
-    for (label, path), report in zip(files, reports):
+    for (label, _, explain), report in zip(files, reports, strict=True):
         expected_accepted = label == "reference"
         ok = (report["verdict"] == runner.ACCEPTED) == expected_accepted
-        if label.startswith("wrong/") and report["verdict"] == runner.COMPILE:
+        if label not in ("reference", "starter") and report["verdict"] == runner.COMPILE:
             ok = False   # a wrong variant must be wrong in behaviour, not broken Python
-        caught_by = [t["name"] for t in report["tests"] if t["verdict"] != runner.ACCEPTED]
+        caught_by = [t["name"] for t in report["tests"] if t["verdict"] not in (runner.ACCEPTED, NOT_RUN)]
         rows.append({"file": label, "verdict": report["verdict"], "summary": report["summary"],
-                     "ok": ok, "caught_by": [] if expected_accepted else caught_by,
-                     "mistake": _first_docstring_line(path) if label.startswith("wrong/") else ""})
+                     "ok": ok, "caught_by": [] if expected_accepted else caught_by, "mistake": explain})
         if not ok:
             want = "accepted" if expected_accepted else "rejected"
             problems.append(f"{label}: expected {want}, got {report['verdict']} ({report['summary']})")
-    if len(ex.wrong_variants) < 3:
-        problems.append(f"only {len(ex.wrong_variants)} known-wrong variants (want at least 3)")
-    return {"exercise": ex.number, "title": ex.title, "ok": not problems, "problems": problems,
-            "examples": len(examples), "worked_examples": examples_run, "files": rows}
+    if len(ex.wrong_variants) + len(ex.mistakes) < 3:
+        problems.append(f"only {len(ex.wrong_variants) + len(ex.mistakes)} known mistakes (want at least 3)")
+    seal = load_seal(ex.folder.parent)
+    if ex.folder.parent == PRACTICE and seal.get(_seal_key(ex.tests)) != _sha(ex.tests.read_bytes()):
+        problems.append("test.py is not sealed as it is: run `python practice/judge.py seal` after editing it")
+    result = {"exercise": ex.number, "title": ex.title, "ok": not problems, "problems": problems,
+              "examples": len(examples), "worked_examples": examples_run, "files": rows}
+    if mutate:
+        mutants = mutation.mutate_exercise(ex, runner, judge_file)
+        result["mutation"] = {k: v for k, v in mutants.items() if k != "mutants"}
+        for mid in mutants["survivors"]:
+            problems.append(f"mutant survives every test: {mid}")
+        for mid in mutants["stale_declarations"]:
+            problems.append(f"{mutation.EQUIVALENT_FILE}: {mid!r} is not a surviving mutant (any more)")
+        result["ok"] = not problems
+    return result
 
 
 def _first_docstring_line(path: Path) -> str:
@@ -491,6 +669,11 @@ def _first_docstring_line(path: Path) -> str:
     except SyntaxError:
         return ""
     return doc.strip().splitlines()[0] if doc.strip() else ""
+
+
+def _mutation_line(r: dict) -> str:
+    return (f"{r['exercise']}: {r['generated']} mutants, {r['killed']} killed, {len(r['equivalent'])} declared "
+            f"equivalent, {len(r['survivors'])} surviving ({r['seconds']:.1f} s, {r['time_limit']:g} s limit each)")
 
 
 # --------------------------------------------------------------------------------------------
@@ -532,10 +715,11 @@ def doctor(workspace: Path) -> dict:
     dot = shutil.which("dot")
     row("dot", dot is not None, f"{dot} -- the graphviz program that renders the diagrams" if dot
         else "not found (install graphviz: apt-get install graphviz / brew install graphviz)", False)
-    probe = subprocess.run([sys.executable, "-c", "import nano_engine, sys; print(nano_engine.__file__)"],
-                           capture_output=True, text=True, timeout=120)
-    detail = probe.stdout.strip() if probe.returncode == 0 else (probe.stderr.strip().splitlines() or ["?"])[-1]
-    row("nano_engine", probe.returncode == 0, f"imports from {detail}" if probe.returncode == 0
+    imported = subprocess.run([sys.executable, "-c", "import nano_engine, sys; print(nano_engine.__file__)"],
+                              capture_output=True, text=True, timeout=120)
+    detail = (imported.stdout.strip() if imported.returncode == 0
+              else (imported.stderr.strip().splitlines() or ["?"])[-1])
+    row("nano_engine", imported.returncode == 0, f"imports from {detail}" if imported.returncode == 0
         else f"does not import: {detail} (use the project's .venv/bin/python; set it up with `make lab`)", False)
     return {"ok": all(r["ok"] for r in rows if r["required"]), "checks": rows}
 
@@ -548,9 +732,34 @@ def _print_json(data: object) -> None:
     print(json.dumps(data, indent=1))
 
 
+def positive_seconds(text: str) -> float:
+    """argparse type of --timeout: a number of seconds above zero."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
+
+
+COMMANDS = ("list", "start", "test", "solution", "mistakes", "check", "mutate", "seal", "doctor")
+
+
 def main(argv: list[str] | None = None) -> int:
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(errors="replace")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    first = next((a for a in argv if not a.startswith("-")), None)
+    if first is not None and first not in COMMANDS and argv.index(first) == 0:
+        try:   # `judge.py 21`: the reader meant to test exercise 21
+            ex = get_exercise(first)
+            print(f"judge.py: {first!r} is an exercise, not a command; did you mean\n"
+                  f"    python practice/judge.py test {first}      (judge your file)\n"
+                  f"    python practice/judge.py start {first}     (begin it; exercise {ex.number})", file=sys.stderr)
+            return 2
+        except UsageError:
+            pass
     parser = argparse.ArgumentParser(prog="judge.py", description=__doc__.split("\n\n")[0],
                                      epilog="\n\n".join(__doc__.split("\n\n")[1:3]),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -561,7 +770,7 @@ def main(argv: list[str] | None = None) -> int:
     def add(name: str, help_text: str, exercise: bool = False, json_flag: bool = True) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text)
         if exercise:
-            p.add_argument("exercise", help="number (e.g. 101) or folder name")
+            p.add_argument("exercise", help="number (e.g. 21; old numbers such as 101 work too) or folder name")
         if json_flag:
             p.add_argument("--json", action="store_true", help="machine-readable output")
         p.add_argument("--workspace", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
@@ -573,14 +782,21 @@ def main(argv: list[str] | None = None) -> int:
     for name, help_text in [("test", "judge your file"), ("solution", "judge the reference solution")]:
         p = add(name, help_text, exercise=True)
         p.add_argument("--run", action="store_true", help="only the examples (test_example*)")
-        p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per test (default 10)")
+        p.add_argument("--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT,
+                       help="seconds per test (default 10)")
         p.add_argument("--memory", type=int, default=DEFAULT_MEMORY_MB, help="memory limit in MiB (default 2048)")
         if name == "test":
             p.add_argument("--file", help="judge this file instead of the workspace file")
         else:
             p.add_argument("--show", action="store_true", help="also print the reference code")
-    p = add("check", "verify every exercise: reference accepted, starter and wrong variants rejected")
-    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help=argparse.SUPPRESS)
+    add("mistakes", "the classic mistakes of an exercise, each as a diff of the reference", exercise=True)
+    p = add("check", "verify every exercise: reference accepted, starter and mistakes rejected, no surviving mutant")
+    p.add_argument("--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT, help=argparse.SUPPRESS)
+    p.add_argument("--no-mutate", action="store_true", help="skip mutation testing (faster)")
+    p = add("mutate", "mutation testing: every mutant of the reference must fail some test")
+    p.add_argument("exercise", nargs="?", help="one exercise (default: all)")
+    p.add_argument("--all-mutants", action="store_true", help="list every mutant, not only survivors")
+    add("seal", "record the hashes of runner.py and every test.py (after editing a test)", json_flag=False)
     add("doctor", "Python, packages and tools the practice needs")
     args = parser.parse_args(argv)
     workspace = workspace_dir(args.workspace)
@@ -596,7 +812,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace, workspace: Path) -> int:
     if args.command == "list":
-        rows = [{"number": e.number, "title": e.title, "difficulty": e.difficulty, "chapter": e.chapter,
+        rows = [{"number": e.number, "title": e.title + (" (optional)" if e.optional else ""),
+                 "difficulty": e.difficulty, "chapter": e.chapter, "optional": e.optional,
                  "status": reader_status(e, workspace), "folder": e.name} for e in find_exercises()]
         if args.json:
             _print_json(rows)
@@ -633,10 +850,11 @@ def _dispatch(args: argparse.Namespace, workspace: Path) -> int:
         else:
             path = Path(args.file) if args.file else ex.workspace_file(workspace)
         report = judge_file(ex, path, examples_only=args.run, timeout=args.timeout, memory_mb=args.memory)
-        accepted = report["verdict"] == runner.ACCEPTED
+        accepted = report["verdict"] == runner.ACCEPTED and report["judged"]["sealed"]
         if (args.command == "test" and accepted and not args.run
                 and Path(path).resolve() == ex.workspace_file(workspace).resolve()):
-            remember_accepted(workspace, ex, Path(path))
+            remember_accepted(workspace, ex, Path(path), report["judged"])
+            report["recorded"] = True
         if args.json:
             _print_json(report)
         else:
@@ -645,8 +863,43 @@ def _dispatch(args: argparse.Namespace, workspace: Path) -> int:
             print(format_report(report))
         return 0 if accepted else 1
 
+    if args.command == "mistakes":
+        ex = get_exercise(args.exercise)
+        rows = [{"name": m["name"], "explain": m.get("explain", ""), "diff": mistake_diff(ex, m)} for m in ex.mistakes]
+        rows += [{"name": p.stem, "explain": _first_docstring_line(p), "file": str(p)} for p in ex.wrong_variants]
+        if args.json:
+            _print_json(rows)
+        else:
+            for r in rows:
+                print(f"## {r['name']}: {r['explain']}")
+                print(r.get("diff") or f"(a whole rewrite: {_display_path(r['file'])})")
+        return 0
+
+    if args.command == "seal":
+        print(f"wrote {_display_path(write_seal())}")
+        return 0
+
+    if args.command == "mutate":
+        chosen = [get_exercise(args.exercise)] if args.exercise else find_exercises()
+        results = [mutation.mutate_exercise(ex, runner, judge_file) for ex in chosen]
+        ok = all(not r["survivors"] and not r["stale_declarations"] for r in results)
+        if args.json:
+            _print_json({"ok": ok, "exercises": results})
+        else:
+            for r in results:
+                print(_mutation_line(r))
+                for m in r["mutants"]:
+                    if args.all_mutants or not (m["killed"] or "equivalent" in m):
+                        state = ("killed by " + str(m["by"])) if m["killed"] else (
+                            "equivalent: " + m["equivalent"] if "equivalent" in m else "SURVIVES")
+                        print(f"       line {m['line']:>3}  {m['id']}  -- {state}")
+                for mid in r["stale_declarations"]:
+                    print(f"     ! {mutation.EQUIVALENT_FILE} declares {mid!r}, which is not a surviving mutant")
+            print(f"\n{'no surviving mutants' if ok else 'surviving mutants (write a test, or declare them equivalent)'}")
+        return 0 if ok else 1
+
     if args.command == "check":
-        results = [check_exercise(ex, timeout=args.timeout) for ex in find_exercises()]
+        results = [check_exercise(ex, timeout=args.timeout, mutate=not args.no_mutate) for ex in find_exercises()]
         ok = bool(results) and all(r["ok"] for r in results)
         if args.json:
             _print_json({"ok": ok, "exercises": results})
@@ -654,15 +907,17 @@ def _dispatch(args: argparse.Namespace, workspace: Path) -> int:
             for r in results:
                 mark = "ok  " if r["ok"] else "FAIL"
                 files = r.get("files", [])
-                wrong = [f for f in files if f["file"].startswith("wrong/")]
+                wrong = [f for f in files if f["file"] not in ("reference", "starter")]
                 print(f"{mark} {r['exercise']} {r.get('title', '')}: "
                       f"reference {files[0]['verdict'] if files else '?'}, "
                       f"starter {'rejected' if len(files) > 1 and files[1]['ok'] else 'NOT rejected'}, "
-                      f"{sum(f['ok'] for f in wrong)}/{len(wrong)} wrong variants rejected, "
+                      f"{sum(f['ok'] for f in wrong)}/{len(wrong)} mistakes rejected, "
                       f"{r.get('examples', 0)} example tests, {r.get('worked_examples', 0)} worked examples checked")
                 for f in wrong:
                     print(f"       {'rejected' if f['ok'] else 'ACCEPTED'}  {f['file']}: {f['mistake']}"
                           f"  (caught by {', '.join(f['caught_by'][:3]) or 'nothing'})")
+                if r.get("mutation"):
+                    print("     " + _mutation_line(r["mutation"]))
                 for problem in r["problems"]:
                     print(f"     ! {problem}")
             print(f"\n{'all exercises sound' if ok else 'problems found'}")

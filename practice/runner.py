@@ -21,20 +21,41 @@ Verdicts, per test and overall:
 from __future__ import annotations
 
 import ast
+import builtins
 import contextlib
-import io
+import hashlib
 import itertools
 import json
 import os
 import reprlib
 import sys
-import threading
+import sysconfig
 import time
 import traceback
 import types
 from collections import OrderedDict
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Iterable
+
+# Bound now, before any reader's code runs: a solution that replaces time.perf_counter or
+# hashlib.sha256 later does not change what the judge uses.
+_perf_counter, _monotonic, _sha256 = time.perf_counter, time.monotonic, hashlib.sha256
+try:   # the C encoder: json.JSONEncoder's Python methods could be replaced by the reader's code
+    from _json import encode_basestring_ascii as _c_escape
+    from _json import make_encoder as _c_make_encoder
+except ImportError:   # pragma: no cover -- a Python without the _json accelerator
+    _c_make_encoder = None  # type: ignore[misc, assignment]
+
+
+def _json_line(event: dict) -> str:
+    if _c_make_encoder is None:   # pragma: no cover
+        return json.dumps(event)
+    encode = _c_make_encoder({}, _json_default, _c_escape, None, ":", ",", False, False, True)
+    return "".join(encode(event, 0))
+
+
+def _json_default(value: object) -> str:
+    return safe_repr(value)
 
 SOLUTION_MODULE = "solution_under_test"   # test.py files import the reader's code under this name
 TESTS_MODULE = "exercise_tests"
@@ -43,6 +64,56 @@ ACCEPTED, WRONG, RUNTIME, COMPILE, TIMEOUT = (
 REPR_LIMIT = 240
 MAX_LOCALS = 20
 STDOUT_LIMIT = 2000
+_STATE = {"child": False}   # True in the judge's child process (see child_main)
+
+
+def _isolated(source: str) -> dict:
+    """Define small helpers in a namespace of their own. Objects the reader's code can reach
+    (sys.stdout while a test runs, sys.breakpointhook) are built here, so that their methods'
+    ``__globals__`` lead nowhere near this module's functions."""
+    namespace: dict = {"__builtins__": builtins, "__name__": "judge_helpers"}
+    exec(compile(source, "<judge helpers>", "exec"), namespace)
+    return namespace
+
+
+_HELPERS = _isolated('''
+class CapturedOutput:
+    """What a test printed: the first `limit` characters are kept, the rest only counted, so
+    printing megabytes costs neither memory nor a flooded report."""
+    encoding, errors = "utf-8", "replace"
+
+    def __init__(self, limit):
+        self.limit, self.parts, self.kept, self.dropped = limit, [], 0, 0
+
+    def write(self, text):
+        text = str(text)
+        room = self.limit - self.kept
+        if room > 0:
+            self.parts.append(text[:room])
+            self.kept += min(len(text), room)
+        self.dropped += max(0, len(text) - max(room, 0))
+        return len(text)
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def flush(self):
+        pass
+
+    def isatty(self):
+        return False
+
+    def getvalue(self):
+        text = "".join(self.parts)
+        if self.dropped:
+            text += f"\\n... and {self.dropped} more characters (not shown)"
+        return text
+
+
+def ignore_breakpoint(*args, **kwargs):
+    print("breakpoint() ignored: the judge runs your code without a terminal")
+''')
 
 
 # --------------------------------------------------------------------------------------------
@@ -167,7 +238,14 @@ class _RewriteAsserts(ast.NodeTransformer):
         test = node.test
         if isinstance(test, ast.Compare) and len(test.ops) == 1 and type(test.ops[0]) in _OPS:
             sides = [("@got", test.left), ("@expected", test.comparators[0])]
-            check = ast.Compare(ast.Name("@got", ast.Load()), test.ops, [ast.Name("@expected", ast.Load())])
+            pair: list[ast.expr] = [ast.Name("@got", ast.Load()), ast.Name("@expected", ast.Load())]
+            check: ast.expr
+            if isinstance(test.ops[0], (ast.Eq, ast.NotEq)):   # == decided by plain values, see plain_equal
+                check = ast.Call(ast.Name("@plain_equal", ast.Load()), pair, [])
+                if isinstance(test.ops[0], ast.NotEq):
+                    check = ast.UnaryOp(ast.Not(), check)
+            else:
+                check = ast.Compare(pair[0], test.ops, [pair[1]])
             op = ast.Constant(_OPS[type(test.ops[0])])
         else:
             sides = [("@got", test)]
@@ -181,6 +259,28 @@ class _RewriteAsserts(ast.NodeTransformer):
         for stmt in stmts:   # new nodes take the assert's line, so a traceback points at it
             ast.fix_missing_locations(ast.copy_location(stmt, node))
         return stmts
+
+
+def _own_eq(value: object, depth: int = 3, budget: list[int] | None = None) -> bool:
+    """Whether ``value`` (or something inside a list, tuple, set or dict it holds) is of a class
+    whose ``==`` is written in the reader's file."""
+    budget = budget if budget is not None else [2000]
+    budget[0] -= 1
+    if getattr(type(value).__eq__, "__module__", None) == SOLUTION_MODULE:
+        return True
+    if depth == 0 or budget[0] <= 0 or type(value) not in (list, tuple, set, frozenset, dict):
+        return False
+    items: Iterable = itertools.chain(value.keys(), value.values()) if isinstance(value, dict) else value  # type: ignore[assignment]
+    return any(_own_eq(v, depth - 1, budget) for v in itertools.islice(items, 2000))
+
+
+def plain_equal(got: object, expected: object) -> bool:
+    """``got == expected`` for a rewritten assert. A class in the reader's file whose ``__eq__``
+    says "equal" to anything would pass every test; such a value equals only a value of its own
+    class (tests compare plain lists, ints and tuples)."""
+    if (_own_eq(got) or _own_eq(expected)) and type(got) is not type(expected):
+        return False
+    return bool(got == expected)
 
 
 # --------------------------------------------------------------------------------------------
@@ -223,7 +323,7 @@ def load_module(path: str | os.PathLike, name: str = SOLUTION_MODULE) -> types.M
             exec(code, module.__dict__)
     except (Exception, SystemExit) as exc:
         where = _innermost(exc.__traceback__, path)
-        info = {"verdict": RUNTIME, "message": _exception_text(exc) + " (while loading the file)"}
+        info: dict[str, Any] = {"verdict": RUNTIME, "message": _exception_text(exc) + " (while loading the file)"}
         if where is not None:
             info.update(lineno=where[1], line=_source_line(path, where[1]))
         raise LoadError(info) from None
@@ -234,7 +334,7 @@ def required_names(starter_path: str | os.PathLike) -> list[tuple[str, str | Non
     """The interface an exercise asks for: public top-level functions and classes of the
     starter, and the public methods of those classes, as (name, method or None, signature)."""
     tree = ast.parse(Path(starter_path).read_text(encoding="utf-8"))
-    wanted = []
+    wanted: list[tuple[str, str | None, str]] = []
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.name.startswith("_"):
             wanted.append((node.name, None, f"def {node.name}({ast.unparse(node.args)})"))
@@ -258,18 +358,21 @@ def missing_names(module: types.ModuleType, starter_path: str | os.PathLike) -> 
     return missing
 
 
-def load_tests(test_path: str | os.PathLike, module: types.ModuleType) -> list[tuple[str, Callable]]:
+def load_tests(test_path: str | os.PathLike, module: types.ModuleType,
+               source: str | None = None) -> list[tuple[str, Callable]]:
     """Load test.py with its asserts rewritten; return its ``test_*`` functions in file order.
 
-    ``module`` is what ``import solution_under_test`` gives the tests while they load.
+    ``module`` is what ``import solution_under_test`` gives the tests while they load;
+    ``source``, when given, is the text to run (the judge passes the text it hashed).
     """
     test_path = str(test_path)
-    source = Path(test_path).read_text(encoding="utf-8")
+    source = source if source is not None else Path(test_path).read_text(encoding="utf-8")
     tree = _RewriteAsserts(source).visit(ast.parse(source, test_path))
     ast.fix_missing_locations(tree)
     tests = types.ModuleType(TESTS_MODULE)
     tests.__file__ = test_path
     tests.__dict__["@AssertionFailure"] = AssertionFailure
+    tests.__dict__["@plain_equal"] = plain_equal
     with registered(module):
         exec(compile(tree, test_path, "exec"), tests.__dict__)
     return [(name, obj) for name, obj in tests.__dict__.items()
@@ -303,7 +406,7 @@ def _innermost(tb: types.TracebackType | None, path: str | None) -> tuple[types.
 def _first_difference(got: object, expected: object) -> str | None:
     """For two sequences or mappings that differ, say where -- long lists are hard to eyeball."""
     if isinstance(got, (list, tuple, str)) and isinstance(expected, (list, tuple, str)):
-        for i, (a, b) in enumerate(zip(got, expected)):
+        for i, (a, b) in enumerate(zip(got, expected, strict=False)):
             if a != b:
                 return f"first difference at index {i}: got {safe_repr(a, 80)}, expected {safe_repr(b, 80)}"
         if len(got) != len(expected):
@@ -365,19 +468,32 @@ def _raised_in(tb: types.TracebackType | None, path: str) -> bool:
 
 
 def run_test(name: str, func: Callable, test_path: str, solution_path: str | None) -> dict:
-    """Run one test function; return {"name", "verdict", "message", "failure", "stdout", "seconds"}."""
-    out = io.StringIO()
-    start = time.perf_counter()
+    """Run one test function; return {"name", "verdict", "message", "failure", "stdout", "seconds"}.
+
+    Output is captured (bounded) and ``breakpoint()`` is a no-op that says so. Plain
+    try/finally rather than contextlib: nothing the reader's code can patch stands between an
+    assertion failing and the verdict.
+    """
+    out = _HELPERS["CapturedOutput"](STDOUT_LIMIT)
+    saved = sys.stdout, sys.stderr, sys.breakpointhook
+    sys.stdout = sys.stderr = out
+    sys.breakpointhook = _HELPERS["ignore_breakpoint"]
+    start = _perf_counter()
     try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-            func()
+        func()
         result = {"verdict": ACCEPTED, "message": "", "failure": None}
-    except (Exception, SystemExit) as exc:   # SystemExit: the reader's code called exit()
+    except KeyboardInterrupt:
+        if not _STATE["child"]:
+            raise   # in a notebook kernel, Ctrl-C is the person, not the code
+        result = describe_failure(KeyboardInterrupt("KeyboardInterrupt raised by the code"), test_path, solution_path)
+    except BaseException as exc:  # noqa: B036 -- SystemExit (exit()) too: every way out is a verdict
         result = describe_failure(exc, test_path, solution_path)
-    result = {"name": name, **result, "seconds": round(time.perf_counter() - start, 4)}
+    finally:
+        sys.stdout, sys.stderr, sys.breakpointhook = saved
+    result = {"name": name, **result, "seconds": round(_perf_counter() - start, 4)}  # type: ignore[dict-item]
     printed = out.getvalue()
     if printed:
-        result["stdout"] = _truncate(printed, STDOUT_LIMIT)
+        result["stdout"] = printed
     return result
 
 
@@ -485,22 +601,147 @@ def _where_stuck(frame: types.FrameType | None, solution_path: str, test_path: s
     return None
 
 
-def child_main(argv: list[str]) -> int:
-    """``python runner.py '<json spec>'``: load, then stream JSON lines on stdout.
+# The judge starts the child with `python -c BOOTSTRAP` and sends, on stdin, one JSON line: the
+# spec, the source of this file and a secret. This file is then executed as a module that is in
+# no registry (not __main__, not sys.modules), so the reader's code finds no handle on it.
+BOOTSTRAP = """
+import json, sys, types
+def _boot():
+    spec = json.loads(sys.stdin.readline())
+    runner = types.ModuleType("judge_runner")
+    runner.__file__ = spec["runner_path"]
+    exec(compile(spec.pop("runner_source"), spec["runner_path"], "exec"), runner.__dict__)
+    return runner.child_main(spec)
+sys.exit(_boot())
+"""
+GUARDED_EVENTS = frozenset({"sys._getframe", "sys._current_frames", "sys.settrace", "sys.setprofile",
+                            "gc.get_objects", "gc.get_referrers", "gc.get_referents"})
+FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
 
-    spec: {"tests", "solution", "starter" (optional), "only", "examples_only", "timeout",
-    "memory_mb"}. Events: ready | load_error | start | result | timeout | done. A watchdog thread
-    enforces the per-test time limit and reports the line the code was stuck on.
+
+def sign(secret: str, line: str) -> str:
+    """The protocol's line signature: only the runner, which holds the secret, can make one."""
+    return _sha256((secret + "\n" + line).encode("utf-8")).hexdigest()
+
+
+def _code_objects(namespace: dict) -> set[types.CodeType]:
+    """Every code object defined in a module: its functions, methods, and what they nest."""
+    found: set[types.CodeType] = set()
+    stack: list[Any] = [v for v in namespace.values() if isinstance(v, (types.FunctionType, type))]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, type):
+            if item.__module__ == namespace.get("__name__"):
+                stack += [v for v in vars(item).values() if isinstance(v, (types.FunctionType, type, staticmethod,
+                                                                           classmethod, property))]
+        elif isinstance(item, (staticmethod, classmethod)):
+            stack.append(item.__func__)
+        elif isinstance(item, property):
+            stack += [f for f in (item.fget, item.fset, item.fdel) if f is not None]
+        elif isinstance(item, types.FunctionType) and item.__code__ not in found:
+            codes = [item.__code__]
+            while codes:
+                code = codes.pop()
+                found.add(code)
+                codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    return found
+
+
+def _install_guard() -> None:
+    """An audit hook (PEP 578) that keeps frames, tracing and the garbage collector's object
+    lists away from everything but this file. With a frame, code can walk up to the test
+    functions and to the runner's locals and change a verdict; so ``sys._getframe``,
+    ``tb_frame`` & co. raise for the reader's code (and for test.py) while the runner itself,
+    which needs tracebacks to describe a failure, still gets them."""
+    import _thread
+
+    runner_code = _code_objects(globals())   # identity, not file name: code can claim any file name
+    libraries = tuple({os.path.normcase(sysconfig.get_paths()[k]) for k in ("stdlib", "platstdlib", "purelib", "platlib")})
+    inside: set[int] = set()   # threads currently inside the hook (its own frame access is allowed)
+    get_ident, getframe = _thread.get_ident, sys._getframe
+
+    def called_by_runner() -> bool:
+        frame: types.FrameType | None = getframe(2)   # 0: here, 1: the hook, 2: whatever raised the event
+        while frame is not None:
+            if frame.f_code in runner_code:
+                return True
+            if not os.path.normcase(frame.f_code.co_filename).startswith(libraries):
+                return False   # the first caller outside the libraries is the reader's file or test.py
+            frame = frame.f_back
+        return False
+
+    def hook(event: str, args: tuple) -> None:
+        if event not in GUARDED_EVENTS and not (event == "object.__getattr__" and args[1] in FRAME_ATTRIBUTES):
+            return
+        me = get_ident()
+        if me in inside:
+            return
+        inside.add(me)
+        try:
+            allowed = called_by_runner()
+        finally:
+            inside.discard(me)
+        if not allowed:   # a ValueError: namedtuple and typing fall back quietly when frames are missing
+            raise ValueError(f"{event} is not available while the judge runs your code: frames, tracing and "
+                               "the garbage collector's object lists would let code change the verdict")
+
+    sys.addaudithook(hook)
+
+
+def _snapshot(modules: list[types.ModuleType]) -> dict[tuple[str, str, str], int]:
+    """Identity of every attribute of these modules and of their classes: the reader's code
+    must not replace a library function the tests rely on (random.Random.randint, builtins.sorted)."""
+    seen = {}
+    for module in modules:
+        for name, value in list(vars(module).items()):
+            seen[(module.__name__, name, "")] = id(value)
+            if isinstance(value, type) and getattr(value, "__module__", None) == module.__name__:
+                for attr, member in list(vars(value).items()):
+                    seen[(module.__name__, name, attr)] = id(member)
+    return seen
+
+
+def _replaced(before: dict, modules: list[types.ModuleType]) -> list[str]:
+    now = _snapshot(modules)
+    return [".".join(p for p in key if p) for key, ident in before.items() if now.get(key) != ident][:5]
+
+
+def _test_imports(source: str) -> list[str]:
+    """The modules test.py imports (besides the reader's): imported before the reader's code."""
+    names = []
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.append(node.module)
+    return [n for n in names if n.split(".")[0] not in (SOLUTION_MODULE, "__future__")]
+
+
+def child_main(spec: dict) -> int:
+    """The child process: load the reader's file, run the tests, stream signed JSON lines.
+
+    spec: {"tests", "tests_source", "solution", "starter" (optional), "only", "examples_only",
+    "timeout", "memory_mb", "secret", "runner_path"}. Events: imported | ready | load_error | start
+    | result | timeout | done, each line "<signature> <json>". A watchdog thread enforces the per-test time
+    limit and reports the line the code was stuck on. The judge (the parent) decides the verdict
+    from these events: it knows which tests test.py has, and ignores lines without a valid
+    signature (the reader's code can write to the same pipe, but cannot sign).
     """
-    spec = json.loads(argv[0])
+    import _thread
+
+    _STATE["child"] = True
+    secret = spec.pop("secret")
+    sys.stdin = open(os.devnull, encoding="utf-8")   # the spec line has been read; nothing else comes
     protocol = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
     os.dup2(2, 1)   # anything the reader's code prints outside a test lands on stderr, not in the protocol
-    write_lock = threading.Lock()
+    write_lock = _thread.allocate_lock()
+    write, flush = protocol.write, protocol.flush
 
     def emit(event: dict) -> None:
+        line = _json_line(event)
         with write_lock:
-            protocol.write(json.dumps(event) + "\n")
-            protocol.flush()
+            write(sign(secret, line) + " " + line + "\n")
+            flush()
 
     if spec.get("memory_mb"):
         try:
@@ -510,21 +751,35 @@ def child_main(argv: list[str]) -> int:
         except (ImportError, ValueError, OSError):
             pass   # not available on this platform: the time limit still holds
 
-    solution, tests_path = spec["solution"], spec["tests"]
+    solution, tests_path, tests_source = spec["solution"], spec["tests"], spec["tests_source"]
     timeout = float(spec.get("timeout") or 10)
-    state = {"test": None, "deadline": time.monotonic() + timeout}
-    main_thread = threading.get_ident()
+    state: dict[str, Any] = {"test": None, "deadline": _monotonic() + timeout}
+    main_thread = _thread.get_ident()
 
     def watchdog() -> None:
         while True:
             time.sleep(0.02)
-            if time.monotonic() > state["deadline"]:
+            if _monotonic() > state["deadline"]:
                 frame = sys._current_frames().get(main_thread)
                 emit({"event": "timeout", "test": state["test"], "seconds": timeout,
                       "where": _where_stuck(frame, solution, tests_path)})
                 os._exit(3)
 
-    threading.Thread(target=watchdog, daemon=True).start()
+    # The libraries the tests use are imported first (exercise 01 imports torch once, before the
+    # clock of any test starts) and remembered, so replacing one of their functions is noticed.
+    watched = [builtins]
+    for name in _test_imports(tests_source):
+        try:
+            __import__(name)
+            watched.append(sys.modules[name])
+        except Exception:   # an import error is reported when test.py loads
+            pass
+    before = _snapshot(watched)
+    emit({"event": "imported"})   # from here on the time limit runs
+    state["deadline"] = _monotonic() + timeout
+    sys.path.insert(0, os.path.dirname(os.path.abspath(solution)))   # a solution may span two files
+    _install_guard()
+    _thread.start_new_thread(watchdog, ())   # not a threading.Thread: nothing lists it for the reader
     try:
         module = load_module(solution)
         missing = missing_names(module, spec["starter"]) if spec.get("starter") else []
@@ -535,19 +790,25 @@ def child_main(argv: list[str]) -> int:
         emit({"event": "load_error", **exc.info})
         return 0
     sys.modules[SOLUTION_MODULE] = module   # this process exists only to run these tests
-    tests = select_tests(load_tests(tests_path, module), examples_only=spec.get("examples_only", False),
-                         only=spec.get("only"))
+    try:
+        loaded = load_tests(tests_path, module, source=tests_source)
+    except BaseException as exc:  # noqa: B036
+        emit({"event": "load_error", "verdict": RUNTIME, "message": "test.py did not load: " + _exception_text(exc)})
+        return 0
+    tests = select_tests(loaded, examples_only=spec.get("examples_only", False), only=spec.get("only"))
     emit({"event": "ready", "tests": [name for name, _ in tests]})
     for name, func in tests:
-        state.update(test=name, deadline=time.monotonic() + timeout)
+        state.update(test=name, deadline=_monotonic() + timeout)
         emit({"event": "start", "test": name})
         result = run_test(name, func, tests_path, solution)
         state["deadline"] = float("inf")
+        replaced = _replaced(before, watched)
+        if replaced:
+            result.update(verdict=RUNTIME, failure=None, message="the code replaced library functions the tests "
+                          f"rely on ({', '.join(replaced)}); the judge cannot trust this run")
         emit({"event": "result", **result})
+        if replaced:
+            break
     emit({"event": "done"})
     protocol.close()
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(child_main(sys.argv[1:]))

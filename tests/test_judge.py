@@ -57,22 +57,35 @@ def last_line(proc: subprocess.CompletedProcess) -> str:
     return proc.stdout.rstrip().splitlines()[-1]
 
 
+def mistake_file(number: str, name: str, folder: Path) -> Path:
+    """One of an exercise's classic mistakes (mistakes.py), generated into a file to be judged."""
+    ex = judge.get_exercise(number)
+    mistake = next(m for m in ex.mistakes if m["name"] == name)
+    path = folder / f"{name}.py"
+    path.write_text(judge.apply_mistake(ex, mistake), encoding="utf-8")
+    return path
+
+
 # ---------------------------------------------------------------------------------------------
 # The exercises as a whole
 
 
 def test_check_passes(workspace):
-    proc = run("check", "--json", workspace=workspace, timeout=300)
+    """`judge.py check`, mutation testing included: every exercise sound, no surviving mutant."""
+    proc = run("check", "--json", workspace=workspace, timeout=1800)
     result = json.loads(proc.stdout)
     problems = {r["exercise"]: r["problems"] for r in result["exercises"] if r["problems"]}
     assert problems == {}
     assert result["ok"] and proc.returncode == 0
     numbers = {r["exercise"] for r in result["exercises"]}
-    assert {"101", "102", "103", "104", "105", "106", "130", "131"} <= numbers
+    assert {"21", "22", "23", "31", "32", "51", "53", "24"} <= numbers
     for r in result["exercises"]:
-        wrong = [f for f in r["files"] if f["file"].startswith("wrong/")]
+        wrong = [f for f in r["files"] if f["file"] not in ("reference", "starter")]
         assert len(wrong) >= 3 and all(f["ok"] and f["caught_by"] for f in wrong), r["exercise"]
         assert r["examples"] >= 1 and r["worked_examples"] >= 1
+        mutants = r["mutation"]
+        assert mutants["generated"] > 0 and mutants["survivors"] == [] and mutants["stale_declarations"] == []
+        assert mutants["killed"] + len(mutants["equivalent"]) == mutants["generated"], r["exercise"]
 
 
 def test_check_reports_a_broken_exercise(tmp_path):
@@ -80,15 +93,20 @@ def test_check_reports_a_broken_exercise(tmp_path):
     exercise, swap its reference and one of its wrong variants, and check the copy."""
     import shutil
     root = tmp_path / "practice"
-    shutil.copytree(PRACTICE / "103_lookup_last_token", root / "103_lookup_last_token")
-    ex = judge.get_exercise("103", root=root)
+    shutil.copytree(PRACTICE / "23_lookup_last_token", root / "23_lookup_last_token")
+    ex = judge.get_exercise("23", root=root)
+    (ex.folder / "wrong").mkdir(exist_ok=True)
     shutil.copyfile(ex.solution, ex.folder / "wrong" / "not_wrong.py")
-    shutil.copyfile(ex.folder / "wrong" / "no_last_token_rule.py", ex.solution)
-    result = judge.check_exercise(ex, timeout=5)
+    with (ex.folder / "mistakes.py").open("a") as f:
+        f.write("MISTAKES.append({'name': 'twice', 'explain': '', 'old': '(', 'new': '['})\n")
+    mistake_file("23", "no_last_token_rule", ex.folder)
+    shutil.copyfile(ex.folder / "no_last_token_rule.py", ex.solution)
+    result = judge.check_exercise(ex, timeout=5, mutate=False)
     assert not result["ok"]
     assert any(p.startswith("reference: expected accepted") for p in result["problems"])
     assert any("worked example" in p for p in result["problems"])
     assert any(p.startswith("wrong/not_wrong.py: expected rejected") for p in result["problems"])
+    assert any("mistake 'twice'" in p and "must be exactly once" in p for p in result["problems"])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -96,24 +114,24 @@ def test_check_reports_a_broken_exercise(tmp_path):
 
 
 def test_solution_is_accepted_from_any_directory(tmp_path, workspace):
-    proc = run("solution", "101", workspace=workspace, cwd=tmp_path)
+    proc = run("solution", "21", workspace=workspace, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "verdict: accepted" in proc.stdout
-    assert re.fullmatch(r"9 passed, 0 failed", last_line(proc))
+    assert re.fullmatch(r"10 passed, 0 failed", last_line(proc))
 
 
-def test_wrong_answer_shows_line_expected_got_and_locals(workspace):
-    wrong = PRACTICE / "101_chained_block_hashes" / "wrong" / "no_parent.py"
-    proc = run("test", "101", "--file", str(wrong), workspace=workspace)
+def test_wrong_answer_shows_line_expected_got_and_locals(tmp_path, workspace):
+    wrong = mistake_file("21", "no_parent", tmp_path)
+    proc = run("test", "21", "--file", str(wrong), workspace=workspace)
     assert proc.returncode == 1
     assert "wrong answer   test_parent_is_in_the_hash" in proc.stdout
     assert 'test.py line 26:  assert a[1] != c[1], "block [3, 4] after a different first block' in proc.stdout
     assert re.search(r"expected: != -?\d+\n\s+got:\s+-?\d+", proc.stdout)
     assert re.search(r"^\s+c\s+= \[-?\d+, -?\d+\]$", proc.stdout, re.M), "the test's locals are listed"
-    assert last_line(proc) == "6 passed, 3 failed"
+    assert last_line(proc) == "7 passed, 3 failed"
 
-    report = json.loads(run("test", "101", "--file", str(wrong), "--json", workspace=workspace).stdout)
-    assert report["verdict"] == "wrong answer" and report["summary"] == "6 passed, 3 failed"
+    report = json.loads(run("test", "21", "--file", str(wrong), "--json", workspace=workspace).stdout)
+    assert report["verdict"] == "wrong answer" and report["summary"] == "7 passed, 3 failed"
     failed = next(t for t in report["tests"] if t["name"] == "test_repeated_blocks_hash_differently")
     assert failed["failure"]["expected"] == "3" and failed["failure"]["got"] == "1"
     assert failed["failure"]["test"]["lineno"] == 32
@@ -126,7 +144,7 @@ def test_runtime_error_points_at_the_readers_line(tmp_path, workspace):
             total = len(token_ids)
             return [total // (block_size - block_size)]
         """)
-    proc = run("test", "101", "--run", "--file", str(path), workspace=workspace)
+    proc = run("test", "21", "--run", "--file", str(path), workspace=workspace)
     assert proc.returncode == 1
     assert "runtime error  test_example_counts_full_blocks_only" in proc.stdout
     assert "ZeroDivisionError" in proc.stdout
@@ -138,7 +156,7 @@ def test_runtime_error_points_at_the_readers_line(tmp_path, workspace):
 
 
 def test_starter_is_a_runtime_error_that_says_so(workspace):
-    proc = run("test", "104", "--file", str(PRACTICE / "104_radix_split_lock" / "starter.py"), workspace=workspace)
+    proc = run("test", "31", "--file", str(PRACTICE / "31_radix_split_lock" / "starter.py"), workspace=workspace)
     assert proc.returncode == 1
     assert "this is still the starter's placeholder" in proc.stdout
     assert "verdict: runtime error" in proc.stdout
@@ -149,12 +167,12 @@ def test_syntax_error_is_a_compile_error(tmp_path, workspace):
         def block_hashes(token_ids, block_size:
             return []
         """)
-    proc = run("test", "101", "--file", str(path), workspace=workspace)
+    proc = run("test", "21", "--file", str(path), workspace=workspace)
     assert proc.returncode == 1
     assert "compile error: SyntaxError" in proc.stdout
     assert "your file line 1:  def block_hashes(token_ids, block_size:" in proc.stdout
     assert "verdict: compile error" in proc.stdout
-    assert last_line(proc) == "0 passed, 9 failed"
+    assert last_line(proc) == "0 passed, 10 failed"
     assert "Traceback" not in proc.stdout + proc.stderr
 
 
@@ -163,14 +181,14 @@ def test_missing_function_and_method_are_named(tmp_path, workspace):
         def block_hash(token_ids, block_size):
             return []
         """)
-    proc = run("test", "101", "--file", str(path), workspace=workspace)
+    proc = run("test", "21", "--file", str(path), workspace=workspace)
     assert proc.returncode == 1
     assert "`block_hashes` is not defined (expected: def block_hashes(token_ids: list[int], block_size: int))" in proc.stdout
     assert "verdict: runtime error" in proc.stdout
 
-    source = (PRACTICE / "102_free_queue_lru" / "solution.py").read_text()
+    source = (PRACTICE / "22_free_queue_lru" / "solution.py").read_text()
     path = write(tmp_path / "no_touch.py", source.replace("def touch(", "def _touch("))
-    report = json.loads(run("test", "102", "--file", str(path), "--json", workspace=workspace).stdout)
+    report = json.loads(run("test", "22", "--file", str(path), "--json", workspace=workspace).stdout)
     assert report["verdict"] == "runtime error"
     assert "class `PrefixCachingBlockPool` has no method `touch`" in report["load_error"]["message"]
 
@@ -180,7 +198,7 @@ def test_module_level_exception_is_a_runtime_error(tmp_path, workspace):
         print("loading")
         x = undefined_name + 1
         """)
-    report = json.loads(run("test", "101", "--file", str(path), "--json", workspace=workspace).stdout)
+    report = json.loads(run("test", "21", "--file", str(path), "--json", workspace=workspace).stdout)
     assert report["verdict"] == "runtime error"
     assert report["load_error"]["message"].startswith("NameError")
     assert report["load_error"]["lineno"] == 2
@@ -195,9 +213,11 @@ def test_endless_loop_is_a_timeout_with_the_line_it_was_stuck_on(tmp_path, works
                 hashes.append(i)
             return hashes
         """)
-    proc = run("test", "101", "--run", "--timeout", "0.5", "--file", str(path), workspace=workspace)
+    proc = run("test", "21", "--run", "--timeout", "0.5", "--file", str(path), workspace=workspace)
     assert proc.returncode == 1
-    assert proc.stdout.count("timeout        test_example") == 2
+    assert proc.stdout.count("timeout        test_example") == 1
+    assert proc.stdout.count("not run        test_example") == 1, "one endless loop costs one time limit"
+    assert "skipped after the timeout in test_example" in proc.stdout
     assert "did not finish within 0.5 s" in proc.stdout
     assert re.search(r"at your file line [34]:", proc.stdout)
     assert re.search(r"^\s+i\s+= 0$", proc.stdout, re.M)
@@ -205,36 +225,39 @@ def test_endless_loop_is_a_timeout_with_the_line_it_was_stuck_on(tmp_path, works
     assert last_line(proc) == "0 passed, 2 failed"
 
 
-def test_tests_after_a_timeout_still_run(tmp_path, workspace):
-    reference = (PRACTICE / "101_chained_block_hashes" / "solution.py").read_text()
+def test_tests_after_the_first_timeout_are_skipped_with_a_note(tmp_path, workspace):
+    reference = (PRACTICE / "21_chained_block_hashes" / "solution.py").read_text()
     path = write(tmp_path / "loops_once.py", reference.replace(
         "    hashes, parent = [], None\n",
         "    hashes, parent = [], None\n    while len(token_ids) == 48:\n        pass\n"))
-    report = json.loads(run("test", "101", "--timeout", "1", "--file", str(path), "--json", workspace=workspace).stdout)
-    verdicts = {t["name"]: t["verdict"] for t in report["tests"]}
-    assert verdicts.pop("test_block_size_one_and_exact_multiple") == "timeout"
-    assert set(verdicts.values()) == {"accepted"}, "the tests after the timeout ran in a fresh process"
-    assert (report["verdict"], report["summary"]) == ("timeout", "8 passed, 1 failed")
+    report = json.loads(run("test", "21", "--timeout", "1", "--file", str(path), "--json", workspace=workspace).stdout)
+    verdicts = [t["verdict"] for t in report["tests"]]
+    stuck = verdicts.index("timeout")
+    assert report["tests"][stuck]["name"] == "test_block_size_one_and_exact_multiple"
+    assert set(verdicts[:stuck]) == {"accepted"} and set(verdicts[stuck + 1:]) == {"not run"}
+    assert all("skipped after the timeout in test_block_size_one_and_exact_multiple" in t["message"]
+               for t in report["tests"][stuck + 1:])
+    assert report["verdict"] == "timeout"
 
 
 def test_endless_loop_at_module_level_is_a_timeout(tmp_path, workspace):
     path = write(tmp_path / "spin.py", "while True:\n    pass\n")
-    report = json.loads(run("test", "101", "--run", "--timeout", "0.5", "--file", str(path), "--json",
+    report = json.loads(run("test", "21", "--run", "--timeout", "0.5", "--file", str(path), "--json",
                             workspace=workspace).stdout)
     assert report["verdict"] == "timeout"
     assert report["load_error"]["where"]["lineno"] in (1, 2)
     assert report["summary"] == "0 passed, 2 failed"
 
 
-def test_a_process_that_dies_is_a_runtime_error_per_test(tmp_path, workspace):
+def test_a_process_that_dies_is_a_runtime_error(tmp_path, workspace):
     path = write(tmp_path / "exits.py", """\
         import os
         def block_hashes(token_ids, block_size):
             os._exit(7)
         """)
-    report = json.loads(run("test", "101", "--run", "--file", str(path), "--json", workspace=workspace).stdout)
-    assert [t["verdict"] for t in report["tests"]] == ["runtime error", "runtime error"]
-    assert all("the Python process ended during this test (exit code 7)" in t["message"] for t in report["tests"])
+    report = json.loads(run("test", "21", "--run", "--file", str(path), "--json", workspace=workspace).stdout)
+    assert [t["verdict"] for t in report["tests"]] == ["runtime error", "not run"]
+    assert "the Python process ended during this test (exit code 7)" in report["tests"][0]["message"]
 
 
 def test_sys_exit_inside_a_test_is_a_runtime_error(tmp_path, workspace):
@@ -244,27 +267,27 @@ def test_sys_exit_inside_a_test_is_a_runtime_error(tmp_path, workspace):
             print("leaving")
             sys.exit(3)
         """)
-    report = json.loads(run("test", "101", "--run", "--file", str(path), "--json", workspace=workspace).stdout)
+    report = json.loads(run("test", "21", "--run", "--file", str(path), "--json", workspace=workspace).stdout)
     first = report["tests"][0]
     assert first["verdict"] == "runtime error" and first["message"] == "SystemExit: 3"
     assert first["stdout"] == "leaving\n"
     assert first["failure"]["yours"]["lineno"] == 4
 
 
-def test_exit_codes(workspace):
-    assert run("solution", "103", workspace=workspace).returncode == 0
-    wrong = PRACTICE / "103_lookup_last_token" / "wrong" / "skips_misses.py"
-    assert run("test", "103", "--file", str(wrong), workspace=workspace).returncode == 1
+def test_exit_codes(tmp_path, workspace):
+    assert run("solution", "23", workspace=workspace).returncode == 0
+    wrong = mistake_file("23", "skips_misses", tmp_path)
+    assert run("test", "23", "--file", str(wrong), workspace=workspace).returncode == 1
     unknown = run("test", "999", workspace=workspace)
     assert unknown.returncode == 2 and "no exercise '999'" in unknown.stderr
-    missing = run("test", "103", workspace=workspace)
-    assert missing.returncode == 2 and "judge.py start 103" in missing.stderr
-    as_json = run("test", "103", "--json", workspace=workspace)
+    missing = run("test", "23", workspace=workspace)
+    assert missing.returncode == 2 and "judge.py start 23" in missing.stderr
+    as_json = run("test", "23", "--json", workspace=workspace)
     assert as_json.returncode == 2 and "error" in json.loads(as_json.stdout)
 
 
 def test_examples_only_runs_the_example_tests(workspace):
-    report = json.loads(run("solution", "105", "--run", "--json", workspace=workspace).stdout)
+    report = json.loads(run("solution", "32", "--run", "--json", workspace=workspace).stdout)
     names = [t["name"] for t in report["tests"]]
     assert names and all(n.startswith("test_example") for n in names)
     assert report["mode"] == "examples"
@@ -275,24 +298,24 @@ def test_examples_only_runs_the_example_tests(workspace):
 
 
 def test_start_copies_the_starter_and_never_overwrites_without_force(workspace):
-    ex = judge.get_exercise("101")
-    target = workspace / "101_chained_block_hashes.py"
-    proc = run("start", "101", workspace=workspace)
+    ex = judge.get_exercise("21")
+    target = workspace / "21_chained_block_hashes.py"
+    proc = run("start", "21", workspace=workspace)
     assert proc.returncode == 0
     assert target.read_text() == ex.starter.read_text()
-    assert "# 101. Chained block hashes" in proc.stdout
+    assert "# 21. Chained block hashes" in proc.stdout
     assert "## Worked examples" in proc.stdout
     assert "Attention makes the KV of a token" not in proc.stdout, "the explanation stays hidden"
 
     target.write_text("# my work\n")
-    proc = run("start", "101", workspace=workspace)
+    proc = run("start", "21", workspace=workspace)
     assert proc.returncode == 0 and "kept your existing file" in proc.stdout
     assert target.read_text() == "# my work\n"
 
-    proc = run("start", "101", "--force", workspace=workspace)
+    proc = run("start", "21", "--force", workspace=workspace)
     assert proc.returncode == 0
     assert target.read_text() == ex.starter.read_text()
-    assert (workspace / "101_chained_block_hashes.py.bak").read_text() == "# my work\n"
+    assert (workspace / "21_chained_block_hashes.py.bak").read_text() == "# my work\n"
 
 
 def test_list_shows_status_and_remembers_acceptance(workspace):
@@ -301,21 +324,37 @@ def test_list_shows_status_and_remembers_acceptance(workspace):
     assert {r["status"] for r in rows} == {"not started"}
     assert all(r["title"] and r["difficulty"] and r["chapter"] for r in rows)
 
-    run("start", "103", workspace=workspace)
-    mine = workspace / "103_lookup_last_token.py"
-    mine.write_text((PRACTICE / "103_lookup_last_token" / "solution.py").read_text())
+    run("start", "23", workspace=workspace)
+    mine = workspace / "23_lookup_last_token.py"
+    mine.write_text((PRACTICE / "23_lookup_last_token" / "solution.py").read_text())
     status = {r["number"]: r["status"] for r in json.loads(run("list", "--json", workspace=workspace).stdout)}
-    assert status["103"] == "started"
-    assert run("test", "103", "--run", workspace=workspace).returncode == 0
+    assert status["23"] == "started"
+    assert run("test", "23", "--run", workspace=workspace).returncode == 0
     status = {r["number"]: r["status"] for r in json.loads(run("list", "--json", workspace=workspace).stdout)}
-    assert status["103"] == "started", "passing the examples is not acceptance"
-    assert run("test", "103", workspace=workspace).returncode == 0
+    assert status["23"] == "started", "passing the examples is not acceptance"
+    assert run("test", "23", workspace=workspace).returncode == 0
     text = run("list", workspace=workspace).stdout
-    assert re.search(r"^\s*103\s+Lookup with the last-token rule\s+easy\s+02_prefix_cache_hashed_blocks\s+accepted$",
+    assert re.search(r"^\s*23\s+Lookup with the last-token rule\s+easy\s+02_prefix_cache_hashed_blocks\s+accepted$",
                      text, re.M)
     mine.write_text(mine.read_text() + "\n# tidied up\n")
     status = {r["number"]: r["status"] for r in json.loads(run("list", "--json", workspace=workspace).stdout)}
-    assert status["103"] == "accepted (edited since)"
+    assert status["23"] == "accepted (edited since)"
+
+
+def test_old_numbers_are_aliases(workspace):
+    """The exercises were renumbered (101 -> 21, ...): old numbers, old folder names and a workspace
+    file started under the old name keep working."""
+    assert judge.get_exercise("101").name == "21_chained_block_hashes"
+    assert judge.get_exercise("101_chained_block_hashes").number == "21"
+    assert judge.get_exercise(1).number == judge.get_exercise("100").number == "01"
+    workspace.mkdir()
+    legacy = workspace / "103_lookup_last_token.py"
+    legacy.write_text((PRACTICE / "23_lookup_last_token" / "solution.py").read_text())
+    proc = run("test", "103", workspace=workspace)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "103_lookup_last_token.py" in proc.stdout
+    status = {r["number"]: r["status"] for r in json.loads(run("list", "--json", workspace=workspace).stdout)}
+    assert status["23"] == "accepted"
 
 
 def test_doctor(workspace):
@@ -344,11 +383,12 @@ def test_runner_core_needs_no_subprocess():
     assert imported <= set(sys.stdlib_module_names) | {"__future__"}
 
 
-def test_judge_in_process():
-    ex = judge.get_exercise("105")
+def test_judge_in_process(tmp_path):
+    ex = judge.get_exercise("32")
     report = runner.judge_in_process(ex.tests, ex.solution, ex.starter)
     assert report["verdict"] == "accepted" and report["failed"] == 0
-    wrong = runner.judge_in_process(ex.tests, ex.folder / "wrong" / "no_parent_push.py", ex.starter, examples_only=True)
+    wrong = runner.judge_in_process(ex.tests, mistake_file("32", "no_parent_push", tmp_path), ex.starter,
+                                    examples_only=True)
     assert wrong["verdict"] == "wrong answer"
     assert wrong["summary"] == "1 passed, 1 failed"
 
@@ -416,3 +456,298 @@ def test_safe_repr_is_bounded():
     assert len(huge) <= runner.REPR_LIMIT and huge.endswith("...]")
     from collections import OrderedDict
     assert runner.safe_repr(OrderedDict.fromkeys([3, 2, 1])) == "OrderedDict({3: None, 2: None, 1: None})"
+
+
+# ---------------------------------------------------------------------------------------------
+# Tamper-proof verdicts: each attempt is rejected, or its verdict is not recorded
+
+REFERENCE_21 = (PRACTICE / "21_chained_block_hashes" / "solution.py").read_text()
+WRONG_21 = "def block_hashes(token_ids, block_size):\n    return []\n"
+
+
+def _judge_json(*args, workspace, **kwargs) -> dict:
+    return json.loads(run(*args, "--json", workspace=workspace, **kwargs).stdout)
+
+
+def test_replacing_run_test_through_main_is_not_accepted(tmp_path, workspace):
+    path = write(tmp_path / "forge_main.py", WRONG_21 + textwrap.dedent("""\
+        import __main__, sys
+
+        def fake_run_test(name, *args, **kwargs):
+            return {"name": name, "verdict": "accepted", "message": "", "failure": None, "seconds": 0.0}
+
+        for module in [__main__] + list(sys.modules.values()):
+            for attr in ("run_test", "describe_failure", "summarize"):
+                if hasattr(module, attr):
+                    setattr(module, attr, fake_run_test)
+        """))
+    report = _judge_json("test", "21", "--file", str(path), workspace=workspace)
+    assert report["verdict"] == "wrong answer"
+    assert report["failed"] >= 1
+
+
+def test_forged_protocol_lines_are_ignored(tmp_path, workspace):
+    """The code writes 'accepted' results in the protocol's format to every open descriptor,
+    then leaves: the lines carry no valid signature, so the tests count as not passed."""
+    names = runner.list_test_names(judge.get_exercise("21").tests)
+    path = write(tmp_path / "forge_pipe.py", WRONG_21 + textwrap.dedent(f"""\
+        import json, os
+        events = [{{"event": "ready", "tests": {names!r}}}]
+        for name in {names!r}:
+            events += [{{"event": "start", "test": name}},
+                       {{"event": "result", "name": name, "verdict": "accepted", "message": "", "failure": None,
+                        "seconds": 0.0}}]
+        events.append({{"event": "done"}})
+        text = "".join("0" * 64 + " " + json.dumps(e) + "\\n" for e in events).encode()
+        for fd in range(1, 20):
+            try:
+                os.write(fd, text)
+            except OSError:
+                pass
+        os._exit(0)
+        """))
+    report = _judge_json("test", "21", "--file", str(path), workspace=workspace)
+    assert report["verdict"] != "accepted"
+    assert report.get("unsigned_lines", 0) >= 1
+    assert report["passed"] == 0
+
+
+def test_walking_frames_to_the_tests_is_refused(tmp_path, workspace):
+    path = write(tmp_path / "forge_frames.py", textwrap.dedent("""\
+        import sys
+
+        def block_hashes(token_ids, block_size):
+            frame = sys._getframe(1)          # the test function; from there, its globals
+            frame.f_globals["block_hashes"] = lambda *a, **k: []
+            return []
+        """))
+    report = _judge_json("test", "21", "--run", "--file", str(path), workspace=workspace)
+    assert report["verdict"] == "runtime error"
+    assert "sys._getframe is not available while the judge runs your code" in report["tests"][0]["message"]
+
+    path = write(tmp_path / "forge_gc.py", textwrap.dedent("""\
+        import gc
+
+        def block_hashes(token_ids, block_size):
+            for obj in gc.get_objects():
+                if isinstance(obj, dict) and "test_example_counts_full_blocks_only" in obj:
+                    obj.clear()
+            return []
+        """))
+    report = _judge_json("test", "21", "--run", "--file", str(path), workspace=workspace)
+    assert report["verdict"] == "runtime error"
+    assert "gc.get_objects is not available" in report["tests"][0]["message"]
+
+    path = write(tmp_path / "forge_traceback.py", textwrap.dedent("""\
+        def block_hashes(token_ids, block_size):
+            try:
+                raise KeyError
+            except KeyError as exc:
+                caller = exc.__traceback__.tb_frame.f_back
+            caller.f_globals.clear()
+            return []
+        """))
+    report = _judge_json("test", "21", "--run", "--file", str(path), workspace=workspace)
+    assert report["verdict"] == "runtime error"
+    assert "object.__getattr__ is not available" in report["tests"][0]["message"]
+
+
+def test_a_value_that_equals_everything_is_not_accepted(tmp_path, workspace):
+    path = write(tmp_path / "forge_eq.py", textwrap.dedent("""\
+        class Anything(list):
+            def __eq__(self, other):
+                return True
+            def __ne__(self, other):
+                return False
+            def __len__(self):
+                return 2
+            __hash__ = None
+
+        def block_hashes(token_ids, block_size):
+            return Anything()
+        """))
+    report = _judge_json("test", "21", "--file", str(path), workspace=workspace)
+    assert report["verdict"] == "wrong answer"
+
+
+def test_replacing_a_library_function_the_tests_use_is_refused(tmp_path, workspace):
+    path = write(tmp_path / "forge_random.py", WRONG_21 + textwrap.dedent("""\
+        import random
+        random.Random.randint = lambda self, a, b: a      # every random test becomes trivial
+        """))
+    report = _judge_json("test", "21", "--file", str(path), workspace=workspace)
+    assert report["verdict"] == "runtime error"
+    assert "random.Random.randint" in report["tests"][0]["message"]
+
+
+def _copy_practice(tmp_path: Path) -> Path:
+    import shutil
+    copy = tmp_path / "practice"
+    shutil.copytree(PRACTICE, copy, ignore=shutil.ignore_patterns("workspace", "__pycache__"))
+    return copy
+
+
+def test_an_edited_test_py_is_not_recorded(tmp_path, workspace):
+    copy = _copy_practice(tmp_path)
+    (copy / "21_chained_block_hashes" / "test.py").write_text(
+        "from solution_under_test import block_hashes\n\ndef test_example_nothing():\n    pass\n")
+    workspace.mkdir()
+    (workspace / "21_chained_block_hashes.py").write_text(WRONG_21)
+    env = {**os.environ, "NANO_ENGINE_WORKSPACE": str(workspace), "NO_COLOR": "1"}
+    proc = subprocess.run([sys.executable, str(copy / "judge.py"), "test", "21"], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert proc.returncode == 1
+    assert "differs from the shipped version" in proc.stdout and "not recorded" in proc.stdout
+    listed = subprocess.run([sys.executable, str(copy / "judge.py"), "list", "--json"], capture_output=True,
+                            text=True, env=env, timeout=120)
+    status = {r["number"]: r["status"] for r in json.loads(listed.stdout)}
+    assert status["21"] == "started"
+
+
+def test_an_edited_runner_is_not_recorded(tmp_path, workspace):
+    copy = _copy_practice(tmp_path)
+    runner_file = copy / "runner.py"
+    runner_file.write_text(runner_file.read_text().replace(
+        'result = {"verdict": ACCEPTED, "message": "", "failure": None}',
+        'result = {"verdict": ACCEPTED, "message": "", "failure": None}  # edited'))
+    spec = importlib.util.spec_from_file_location("copied_judge", copy / "judge.py")
+    copied = importlib.util.module_from_spec(spec)
+    sys.modules["copied_judge"] = copied   # dataclasses look the module up
+    try:
+        spec.loader.exec_module(copied)
+    finally:
+        del sys.modules["copied_judge"]
+    ex = copied.get_exercise("21")
+    report = copied.judge_file(ex, ex.solution)
+    assert report["verdict"] == "accepted" and report["judged"]["sealed"] is False
+
+
+def test_an_accepted_verdict_records_what_was_judged(workspace):
+    run("start", "21", workspace=workspace)
+    mine = workspace / "21_chained_block_hashes.py"
+    mine.write_text(REFERENCE_21)
+    report = _judge_json("test", "21", workspace=workspace)
+    assert report["verdict"] == "accepted" and report["recorded"] is True
+    record = json.loads((workspace / judge.STATUS_FILE).read_text())["21"]
+    sha = lambda p: __import__("hashlib").sha256(p.read_bytes()).hexdigest()
+    assert record["file_sha256"] == sha(mine)
+    assert record["tests_sha256"] == sha(PRACTICE / "21_chained_block_hashes" / "test.py")
+    assert record["runner_sha256"] == sha(PRACTICE / "runner.py")
+    assert record["sealed"] is True
+
+
+def test_the_seal_matches_the_shipped_files():
+    seal = judge.load_seal()
+    expected = {f"{p.parent.name}/{p.name}" if p.name == "test.py" else p.name for p in judge.sealed_files()}
+    assert set(seal) == expected, "run `python practice/judge.py seal` after editing a test.py or runner.py"
+    for path in judge.sealed_files():
+        key = f"{path.parent.name}/{path.name}" if path.name == "test.py" else path.name
+        assert seal[key] == __import__("hashlib").sha256(path.read_bytes()).hexdigest(), key
+
+
+# ---------------------------------------------------------------------------------------------
+# Ergonomics
+
+
+def test_a_solution_over_two_files(tmp_path, workspace):
+    write(tmp_path / "chain_helpers.py", """\
+        def chain(parent, block):
+            return hash((parent, tuple(block)))
+        """)
+    path = write(tmp_path / "mine.py", """\
+        from chain_helpers import chain
+
+        def block_hashes(token_ids, block_size):
+            hashes, parent = [], None
+            for start in range(0, len(token_ids) - block_size + 1, block_size):
+                parent = chain(parent, token_ids[start:start + block_size])
+                hashes.append(parent)
+            return hashes
+        """)
+    report = _judge_json("test", "21", "--file", str(path), workspace=workspace, cwd=ROOT)
+    assert report["verdict"] == "accepted", report
+
+
+def test_printing_megabytes_is_bounded(tmp_path, workspace):
+    path = write(tmp_path / "chatty.py", REFERENCE_21.replace(
+        "    hashes, parent = [], None\n", "    hashes, parent = [], None\n    print('x' * 20_000_000)\n"))
+    report = _judge_json("test", "21", "--run", "--file", str(path), workspace=workspace)
+    assert report["verdict"] == "accepted"
+    printed = report["tests"][0]["stdout"]
+    assert len(printed) < 3 * runner.STDOUT_LIMIT and "more characters (not shown)" in printed
+
+
+def test_a_leftover_breakpoint_neither_hangs_nor_fails(tmp_path, workspace):
+    path = write(tmp_path / "debugging.py", "breakpoint()\n" + REFERENCE_21.replace(
+        "    hashes, parent = [], None\n", "    hashes, parent = [], None\n    breakpoint()\n"))
+    report = _judge_json("test", "21", "--timeout", "5", "--file", str(path), workspace=workspace)
+    assert report["verdict"] == "accepted"
+    assert "breakpoint() ignored" in report["tests"][0]["stdout"]
+
+
+def test_an_exercise_number_without_a_command_suggests_test(workspace):
+    proc = run("101", workspace=workspace)
+    assert proc.returncode == 2
+    assert "python practice/judge.py test 101" in proc.stderr
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "soon"])
+def test_a_timeout_that_is_not_positive_is_an_error(value, workspace):
+    proc = run("solution", "21", "--timeout", value, workspace=workspace)
+    assert proc.returncode == 2
+    assert "--timeout" in proc.stderr
+
+
+def test_the_tests_libraries_are_imported_once_before_the_clock():
+    """Exercise 01's tests import torch: the child imports it before the first test's time
+    limit starts, and a forked mutant inherits it."""
+    assert "torch" in runner._test_imports(judge.get_exercise("01").tests.read_text())
+
+
+# ---------------------------------------------------------------------------------------------
+# Mutation testing
+
+
+def test_mutants_cover_the_classic_mistakes():
+    source = textwrap.dedent("""\
+        def f(xs, limit, key=None):
+            total = 0
+            for i in range(len(xs) - 1):
+                if key is None and xs[i] < limit:
+                    total += xs[i:i + 2][0]
+            return max(total, 0)
+        """)
+    ids = [m.id for m in judge.mutation.generate_mutants(source)]
+    kinds = {m.kind for m in judge.mutation.generate_mutants(source)}
+    assert {"operator", "comparison", "is None -> falsy", "constant", "off by one", "swapped arguments",
+            "deleted statement", "iteration order", "dropped condition", "function"} <= kinds
+    assert "f: 'if key is None and xs[i] < limit:': 'xs[i] < limit' -> 'xs[i] <= limit'" in ids
+    assert "f: 'if key is None and xs[i] < limit:': 'key is None' -> 'not key'" in ids
+    assert "f: 'total += xs[i:i + 2][0]' -> 'pass'" in ids
+    assert len(ids) == len(set(ids)), "ids are unique"
+
+
+def test_only_the_readers_functions_are_mutated():
+    solution = "def given(x):\n    return x + 1\n\ndef yours(x):\n    return x - 1\n"
+    starter = "def given(x):\n    return x + 1\n\ndef yours(x):\n    raise NotImplementedError\n"
+    mutants = judge.mutation.generate_mutants(solution, starter)
+    assert mutants and all(m.id.startswith("yours:") for m in mutants)
+
+
+def test_weak_tests_leave_survivors_and_stale_declarations_are_reported(tmp_path):
+    import shutil
+    folder = tmp_path / "21_chained_block_hashes"
+    shutil.copytree(PRACTICE / "21_chained_block_hashes", folder)
+    (folder / "test.py").write_text(textwrap.dedent("""\
+        from solution_under_test import block_hashes
+
+        def test_example_length():
+            assert len(block_hashes([1, 2, 3, 4], 2)) == 2
+        """))
+    (folder / "equivalent_mutants.py").write_text('EQUIVALENT = {"block_hashes: no such mutant": "stale"}\n')
+    ex = judge.get_exercise("21", root=tmp_path)
+    result = judge.mutation.mutate_exercise(ex, runner, judge.judge_file)
+    assert result["survivors"], "a test that only counts blocks misses most mutants"
+    assert "block_hashes: 'hashes.append(parent)' -> 'pass'" not in result["survivors"], "an empty list is caught"
+    assert result["stale_declarations"] == ["block_hashes: no such mutant"]
+    assert result["killed"] + len(result["survivors"]) == result["generated"]

@@ -3,8 +3,8 @@
 Each chapter ends with exercises from ``practice/``. In a notebook cell::
 
     from nano_engine.notebook.exercises import show_problem, check_button
-    show_problem(101)        # the statement, rendered (the explanation stays folded)
-    check_button(101)        # "Run examples" and "Check my solution"
+    show_problem(21)        # the statement, rendered (the explanation stays folded)
+    check_button(21)        # "Run examples" and "Check my solution"
 
 The buttons run ``practice/judge.py test N --json`` on your file in ``practice/workspace/`` (create
 it with ``python practice/judge.py start N``). The judge runs your code in a separate Python process
@@ -42,6 +42,7 @@ def _judge() -> ModuleType:
     name = "practice_judge"
     if name not in sys.modules:
         spec = importlib.util.spec_from_file_location(name, practice_dir() / "judge.py")
+        assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)
@@ -107,7 +108,7 @@ def _esc(text: object) -> str:
     return html.escape(str(text))
 
 
-def _locals_html(local_vars: dict) -> str:
+def _locals_html(local_vars: dict | None) -> str:
     if not local_vars:
         return ""
     rows = "".join(f"<tr><td><code>{_esc(k)}</code></td><td style='text-align:left'><code>{_esc(v)}</code></td></tr>"

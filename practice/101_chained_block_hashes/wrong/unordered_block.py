@@ -1,9 +1,0 @@
-"""Hashes the set of tokens in a block, so their order is lost."""
-
-
-def block_hashes(token_ids: list[int], block_size: int) -> list[int]:
-    hashes, parent = [], None
-    for start in range(0, len(token_ids) - block_size + 1, block_size):
-        parent = hash((parent, frozenset(token_ids[start:start + block_size])))
-        hashes.append(parent)
-    return hashes

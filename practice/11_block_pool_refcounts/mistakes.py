@@ -1,0 +1,28 @@
+"""Classic mistakes of exercise 11, each an edit of solution.py (`judge.py mistakes 11` shows them as diffs)."""
+
+MISTAKES = [
+    {"name": 'free_ignores_ref_count',
+     "explain": 'free() returns a block to the pool at once, even while another sequence shares it.',
+     "old": '            self.ref_cnt[b] -= 1\n            if self.ref_cnt[b] == 0:\n                self.free_blocks.append(b)\n',
+     "new": '            self.ref_cnt[b] = 0\n            self.free_blocks.append(b)\n'},
+    {"name": 'partial_allocation',
+     "explain": 'Hands out whatever is free when fewer than n blocks are left, instead of None.',
+     "old": "        if n > len(self.free_blocks):\n            return None   # all or nothing: half a request's blocks would only block others\n        blocks = [self.free_blocks.pop() for _ in range(n)]\n",
+     "new": '        blocks = [self.free_blocks.pop() for _ in range(min(n, len(self.free_blocks)))]\n'},
+    {"name": 'share_free_block',
+     "explain": 'share() accepts a free block, giving it a reference while it is still in the free list.',
+     "old": '        self._check(blocks, "share", lambda b, times: self.ref_cnt[b] == 0)\n',
+     "new": '        self._check(blocks, "share", lambda b, times: False)\n'},
+    {"name": 'silent_double_free',
+     "explain": 'Quietly ignores a free of a block that holds no reference (a double free goes unnoticed).',
+     "old": '        self._check(blocks, "free", lambda b, times: times > self.ref_cnt[b])\n        for b in blocks:\n',
+     "new": '        self._check(blocks, "free", lambda b, times: False)\n        for b in blocks:\n            if self.ref_cnt[b] == 0:\n                continue\n'},
+    {"name": 'share_validates_as_it_goes',
+     "explain": 'share() checks each block just before adding its reference: a bad block at the end leaves the earlier ones with an extra reference nobody frees.',
+     "old": '        self._check(blocks, "share", lambda b, times: self.ref_cnt[b] == 0)\n        for b in blocks:\n            self.ref_cnt[b] += 1\n',
+     "new": '        for b in blocks:\n            self._check([b], "share", lambda b, times: self.ref_cnt[b] == 0)\n            self.ref_cnt[b] += 1\n'},
+    {"name": 'negative_ids_wrap',
+     "explain": "Checks only the upper bound: block -1 silently means the last block (Python's negative index).",
+     "old": '            if not 0 <= b < self.num_blocks:\n',
+     "new": '            if not b < self.num_blocks:\n'},
+]

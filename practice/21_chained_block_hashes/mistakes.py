@@ -1,0 +1,28 @@
+"""Classic mistakes of exercise 21, each an edit of solution.py (`judge.py mistakes 21` shows them as diffs)."""
+
+MISTAKES = [
+    {"name": 'drops_last_block',
+     "explain": 'Off by one: misses the last full block when the length is a multiple of block_size.',
+     "old": '    for start in range(0, len(token_ids) - block_size + 1, block_size):\n',
+     "new": '    for start in range(0, len(token_ids) - block_size, block_size):\n'},
+    {"name": 'no_parent',
+     "explain": "Hashes each block's tokens alone, without the parent's hash.",
+     "old": '    hashes, parent = [], None\n    for start in range(0, len(token_ids) - block_size + 1, block_size):\n        parent = hash((parent, tuple(token_ids[start:start + block_size])))\n        hashes.append(parent)\n    return hashes\n',
+     "new": '    return [hash(tuple(token_ids[s:s + block_size]))\n            for s in range(0, len(token_ids) - block_size + 1, block_size)]\n'},
+    {"name": 'partial_block',
+     "explain": 'Also hashes the trailing partial block.',
+     "old": '    for start in range(0, len(token_ids) - block_size + 1, block_size):\n',
+     "new": '    for start in range(0, len(token_ids), block_size):\n'},
+    {"name": 'position_instead_of_parent',
+     "explain": "Mixes in the block's position instead of the parent's hash.",
+     "old": '    hashes, parent = [], None\n    for start in range(0, len(token_ids) - block_size + 1, block_size):\n        parent = hash((parent, tuple(token_ids[start:start + block_size])))\n        hashes.append(parent)\n    return hashes\n',
+     "new": '    return [hash((start // block_size, tuple(token_ids[start:start + block_size])))\n            for start in range(0, len(token_ids) - block_size + 1, block_size)]\n'},
+    {"name": 'unordered_block',
+     "explain": 'Hashes the set of tokens in a block, so their order is lost.',
+     "old": '        parent = hash((parent, tuple(token_ids[start:start + block_size])))\n',
+     "new": '        parent = hash((parent, frozenset(token_ids[start:start + block_size])))\n'},
+    {"name": 'order_free_hash',
+     "explain": "Adds the block's hash to the parent's: a sum does not depend on the order of the blocks, so [A, B] and [B, A] get the same last hash.",
+     "old": '        parent = hash((parent, tuple(token_ids[start:start + block_size])))\n',
+     "new": '        parent = (parent or 0) + hash(tuple(token_ids[start:start + block_size]))\n'},
+]

@@ -1,0 +1,28 @@
+"""Classic mistakes of exercise 31, each an edit of solution.py (`judge.py mistakes 31` shows them as diffs)."""
+
+MISTAKES = [
+    {"name": 'insert_returns_new_length',
+     "explain": 'insert returns how many tokens it added instead of how many were already cached.',
+     "old": '        return matched\n',
+     "new": '        return total - matched\n'},
+    {"name": 'match_without_split',
+     "explain": "match_prefix stops inside an edge without splitting it and returns the whole edge's node.",
+     "old": '            if n < len(child.key):\n                child = self._split(child, n)\n            child.last_access = now\n            value += child.value\n            node, key = child, key[n:]\n',
+     "new": '            child.last_access = now\n            value += child.value[:n]\n            node, key = child, key[n:]\n            if n < len(child.key):\n                break\n'},
+    {"name": 'split_forgets_parent_link',
+     "explain": 'After a split the old node still points at its old parent, so lock walks skip the front part.',
+     "old": '        child.key, child.value, child.parent = child.key[n:], child.value[n:], front\n',
+     "new": '        child.key, child.value = child.key[n:], child.value[n:]\n'},
+    {"name": 'split_keeps_whole_value',
+     "explain": 'The front part of a split gets all of the old slots, not just the first n.',
+     "old": '        front = Node(child.key[:n], child.value[:n], child.parent)\n',
+     "new": '        front = Node(child.key[:n], child.value, child.parent)\n'},
+    {"name": 'split_without_lock',
+     "explain": 'The split-off front part starts with lock_ref 0 instead of inheriting it.',
+     "old": '        front.lock_ref, front.last_access = child.lock_ref, child.last_access\n',
+     "new": '        front.last_access = child.last_access\n'},
+    {"name": 'never_stamped',
+     "explain": 'match_prefix never stamps the nodes it passes: eviction (exercise 32) sees a hot prefix as cold.',
+     "old": '            child.last_access = now\n            value += child.value\n',
+     "new": '            value += child.value\n'},
+]

@@ -1,0 +1,127 @@
+"""Exercise 32: leaf-LRU eviction that respects locks. Write evict; the rest of the tree is given."""
+
+import heapq   # you will want it for evict
+import itertools
+
+
+class Node:
+    def __init__(self, key=(), value=(), parent=None):
+        self.children: dict[int, "Node"] = {}   # keyed by the first token of the child's key
+        self.key: list[int] = list(key)          # the run of tokens on the edge into this node
+        self.value: list[int] = list(value)      # their KV slots
+        self.parent: "Node | None" = parent
+        self.lock_ref = 0                        # running requests using this node (or a descendant)
+        self.last_access = 0
+
+    def __repr__(self) -> str:   # short: the parent and children links would repeat the whole tree
+        return (f"Node(key={self.key}, value={self.value}, lock_ref={self.lock_ref}, "
+                f"last_access={self.last_access}, children={len(self.children)})")
+
+
+def _common_len(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+class RadixCache:
+    def __init__(self):
+        self.root = Node()
+        self.root.lock_ref = 1          # a permanent reference: the root is never evicted
+        self._clock = itertools.count(1)
+        self.evictable_size = 0         # cached tokens no request is using
+        self.protected_size = 0         # cached tokens locked by running requests
+
+    def evict(self, num_tokens: int) -> list[int]:
+        """Free at least num_tokens cached tokens (fewer if not enough are evictable).
+
+        Removes unlocked leaves, least recently used first (smallest last_access); a parent left
+        as an unlocked leaf becomes a candidate too. Keep evictable_size up to date. Returns the
+        freed slots, in eviction order.
+        """
+        raise NotImplementedError
+
+    # ---- given (exercise 31) --------------------------------------------------------------
+
+    def match_prefix(self, key: list[int]) -> tuple[list[int], Node]:
+        """Slots of the longest cached prefix of key, and the node where that prefix ends.
+
+        When the match ends inside an edge, the edge is split so that it ends on a node.
+        """
+        node, value, now = self.root, [], next(self._clock)
+        while key:
+            child = node.children.get(key[0])
+            if child is None:
+                break
+            n = _common_len(child.key, key)
+            if n < len(child.key):
+                child = self._split(child, n)
+            child.last_access = now
+            value += child.value
+            node, key = child, key[n:]
+        return value, node
+
+    def insert(self, key: list[int], value: list[int]) -> int:
+        """Cache key -> value. Returns how many leading tokens were already cached; their slots in
+        ``value`` are duplicates that the caller frees (the cached slots are kept)."""
+        node, matched, now = self.root, 0, next(self._clock)
+        while key:
+            child = node.children.get(key[0])
+            if child is None:
+                leaf = Node(key, value, node)
+                leaf.last_access = now
+                node.children[key[0]] = leaf
+                self.evictable_size += len(key)
+                break
+            n = _common_len(child.key, key)
+            if n < len(child.key):
+                child = self._split(child, n)
+            child.last_access = now
+            matched += n
+            node, key, value = child, key[n:], value[n:]
+        return matched
+
+    def _split(self, child: Node, n: int) -> Node:
+        """Cut child's edge after n tokens; return the new node holding the front part.
+
+        The front is in use by whoever uses child, so it inherits child's lock count; the sizes
+        do not change, because no token changes state.
+        """
+        front = Node(child.key[:n], child.value[:n], child.parent)
+        front.lock_ref, front.last_access = child.lock_ref, child.last_access
+        child.parent.children[front.key[0]] = front
+        child.key, child.value, child.parent = child.key[n:], child.value[n:], front
+        front.children[child.key[0]] = child
+        return front
+
+    def inc_lock_ref(self, node: Node) -> None:
+        """A request uses the prefix ending at node: lock it and every ancestor."""
+        while node is not self.root:
+            if node.lock_ref == 0:
+                self.evictable_size -= len(node.key)
+                self.protected_size += len(node.key)
+            node.lock_ref += 1
+            node = node.parent
+
+    def dec_lock_ref(self, node: Node) -> None:
+        """The request is done with the prefix ending at node."""
+        while node is not self.root:
+            node.lock_ref -= 1
+            if node.lock_ref == 0:
+                self.evictable_size += len(node.key)
+                self.protected_size -= len(node.key)
+            node = node.parent
+
+    def total_size(self) -> int:
+        """Number of cached tokens."""
+        return sum(len(n.key) for n in self._nodes())
+
+    def _nodes(self):
+        stack = list(self.root.children.values())
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(node.children.values())

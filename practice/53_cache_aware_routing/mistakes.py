@@ -1,0 +1,28 @@
+"""Classic mistakes of exercise 53, each an edit of solution.py (`judge.py mistakes 53` shows them as diffs)."""
+
+MISTAKES = [
+    {"name": 'affinity_only',
+     "explain": 'Routes by cache affinity alone: the best match wins whatever the load.',
+     "old": '        lo, hi = min(self.load), max(self.load)\n        if hi - lo > self.balance_abs_threshold and hi > lo * self.balance_rel_threshold:\n            target = min(replicas, key=lambda r: (self.load[r], r))          # balance first\n        else:\n            matched = [self._match(r, hashes) for r in replicas]\n            if hashes and max(matched) / len(hashes) > self.cache_threshold:\n                target = max(replicas, key=lambda r: (matched[r] - self.load_weight * self.load[r],\n                                                      -self.load[r], -r))\n            else:   # no replica holds much of it: grow the smallest cache\n                target = min(replicas, key=lambda r: (len(self._cached[r]), self.load[r], r))\n',
+     "new": '        matched = [self._match(r, hashes) for r in replicas]\n        if hashes and max(matched) / len(hashes) > self.cache_threshold:\n            target = max(replicas, key=lambda r: (matched[r], -r))\n        else:\n            target = min(replicas, key=lambda r: (len(self._cached[r]), self.load[r], r))\n'},
+    {"name": 'imbalance_or',
+     "explain": 'Treats the loads as imbalanced when either threshold is crossed, not both.',
+     "old": '        if hi - lo > self.balance_abs_threshold and hi > lo * self.balance_rel_threshold:\n',
+     "new": '        if hi - lo > self.balance_abs_threshold or hi > lo * self.balance_rel_threshold:\n'},
+    {"name": 'least_load_only',
+     "explain": 'Ignores the caches: always the least-loaded replica.',
+     "old": '        lo, hi = min(self.load), max(self.load)\n        if hi - lo > self.balance_abs_threshold and hi > lo * self.balance_rel_threshold:\n            target = min(replicas, key=lambda r: (self.load[r], r))          # balance first\n        else:\n            matched = [self._match(r, hashes) for r in replicas]\n            if hashes and max(matched) / len(hashes) > self.cache_threshold:\n                target = max(replicas, key=lambda r: (matched[r] - self.load_weight * self.load[r],\n                                                      -self.load[r], -r))\n            else:   # no replica holds much of it: grow the smallest cache\n                target = min(replicas, key=lambda r: (len(self._cached[r]), self.load[r], r))\n',
+     "new": '        target = min(replicas, key=lambda r: (self.load[r], r))\n'},
+    {"name": 'no_threshold_fallback',
+     "explain": 'Always uses the score, even when no replica matches much (no smallest-cache fallback).',
+     "old": '            if hashes and max(matched) / len(hashes) > self.cache_threshold:\n',
+     "new": '            if True:\n'},
+    {"name": 'records_first_block_first',
+     "explain": 'Refreshes the LRU from the first block to the last, so a long prompt loses its head first.',
+     "old": "        for h in reversed(hashes):   # last block first, so the prefix's head is the most recent\n",
+     "new": "        for h in hashes:   # last block first, so the prefix's head is the most recent\n"},
+    {"name": 'unchained_hashes',
+     "explain": 'Hashes each block without its parent, so a block matches after any prefix.',
+     "old": '            parent = hash((parent, tuple(token_ids[start:start + self.block_size])))\n',
+     "new": '            parent = hash(tuple(token_ids[start:start + self.block_size]))\n'},
+]
