@@ -48,8 +48,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
-from collections.abc import Sequence as Seq
+from collections.abc import Callable, Iterable, Iterator, Sequence as Seq
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -98,7 +97,7 @@ class StepLog(Seq[dict]):
     def __iter__(self) -> Iterator[dict]:
         return iter(self._steps)
 
-    def __getitem__(self, index):  # type: ignore[override]
+    def __getitem__(self, index):
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
         i = operator.index(index) + (len(self) if index < 0 else 0)

@@ -145,6 +145,12 @@ class Node:
         self.last_access = 0
         self._array: np.ndarray | None = None  # NumPy copy of key, made on first long comparison
 
+    def parent_in_tree(self) -> Node:
+        """The parent of a node that is in the tree (only the root and evicted nodes have none)."""
+        if self.parent is None:
+            raise ValueError(f"node {self.id} has no parent: it is the root or was evicted")
+        return self.parent
+
     def key_array(self) -> np.ndarray:
         """The key as an int64 array (built once, then reused by every comparison)."""
         if self._array is None:
@@ -329,7 +335,7 @@ class RadixCache:
         if child._array is not None:
             front._array, child._array = child._array[:n].copy(), child._array[n:].copy()
         child.key, child.value, child.parent = child.key[n:], child.value[n:], front
-        front.parent.children[self._child_key(front.key, 0)] = front
+        front.parent_in_tree().children[self._child_key(front.key, 0)] = front
         front.children[self._child_key(child.key, 0)] = child
         self.last_split = front
         if self.on_event is not None:
@@ -366,7 +372,7 @@ class RadixCache:
                 moved += len(node.key)
             node.lock_ref += 1
             path.append(node)
-            node = node.parent
+            node = node.parent_in_tree()
         self.evictable_size -= moved
         self.protected_size += moved
         if self.on_event is not None and path:
@@ -387,7 +393,7 @@ class RadixCache:
             if node.lock_ref == 0:  # last user left: its tokens become evictable
                 moved += len(node.key)
             path.append(node)
-            node = node.parent
+            node = node.parent_in_tree()
         self.evictable_size += moved
         self.protected_size -= moved
         if self.on_event is not None and path:
@@ -416,7 +422,7 @@ class RadixCache:
         self.last_evicted_parents = []
         while leaves and len(freed) < num_tokens:
             _, _, node = heapq.heappop(leaves)
-            parent = node.parent
+            parent = node.parent_in_tree()
             del parent.children[self._child_key(node.key, 0)]
             node.parent = None
             freed += node.value

@@ -41,8 +41,7 @@ from typing import Any, Callable, Iterable
 # hashlib.sha256 later does not change what the judge uses.
 _perf_counter, _monotonic, _sha256 = time.perf_counter, time.monotonic, hashlib.sha256
 try:   # the C encoder: json.JSONEncoder's Python methods could be replaced by the reader's code
-    from _json import encode_basestring_ascii as _c_escape
-    from _json import make_encoder as _c_make_encoder
+    from _json import encode_basestring_ascii as _c_escape, make_encoder as _c_make_encoder
 except ImportError:   # pragma: no cover -- a Python without the _json accelerator
     _c_make_encoder = None  # type: ignore[misc, assignment]
 

@@ -13,8 +13,7 @@ must never refuse anything here.
 
 from collections import OrderedDict
 
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from nano_engine.prefix_cache import PrefixCachingBlockPool
 

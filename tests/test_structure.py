@@ -7,8 +7,6 @@ Imports are read with ``ast``, not executed, and every one counts: one inside a 
 import ast
 from pathlib import Path
 
-import pytest
-
 import nano_engine
 
 PACKAGE = Path(nano_engine.__file__).resolve().parent

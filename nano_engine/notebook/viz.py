@@ -23,7 +23,7 @@ workload and method.
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import graphviz
@@ -109,9 +109,13 @@ def format_slots(slots: Sequence[int], max_runs: int = 3) -> str:
     return ", ".join(parts) if parts else "none"
 
 
-def short_hash(h: int, digits: int = 4) -> str:
-    """The last ``digits`` hex digits of a block hash, e.g. ``#3fa2``: enough to tell blocks apart."""
-    return "#" + format(h % (1 << 64), "016x")[-digits:]
+def short_hash(h: Hashable, digits: int = 4) -> str:
+    """The last ``digits`` hex digits of a block hash, e.g. ``#3fa2``: enough to tell blocks apart.
+
+    Python's builtin hash gives an int, vLLM's sha256 / xxhash choices give bytes."""
+    if isinstance(h, bytes):
+        return "#" + h.hex()[-digits:]
+    return "#" + format((h if isinstance(h, int) else hash(h)) % (1 << 64), "016x")[-digits:]
 
 
 def _esc(text: str) -> str:
@@ -372,7 +376,7 @@ def draw_block_pool(
     return g
 
 
-def _block_cell(pool: PrefixCachingBlockPool, b: int, evicted_hash: int | None,
+def _block_cell(pool: PrefixCachingBlockPool, b: int, evicted_hash: Hashable | None,
                 tokenizer: Tokenizer | None, max_tokens: int) -> str:
     ref, h = pool.ref_cnt[b], pool.block_hash[b]
     if ref > 0:
