@@ -32,7 +32,8 @@ def add_generate_command(subparsers) -> None:
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
     p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
                    help="default: float32 on CPU, bfloat16 on CUDA")
-    p.add_argument("--cache", default="none", choices=["none", "hashed", "radix"], help="prefix cache")
+    p.add_argument("--cache", default="none", choices=["none", "hashed", "vllm", "radix"],
+                   help="prefix cache (vllm: hashed blocks registered when allocated, as vLLM v1)")
     p.add_argument("--raw", action="store_true", help="send the prompt as is, without the chat template")
     p.add_argument("--stats", action="store_true", help="print timing figures to stderr")
     p.set_defaults(handler=run_generate)
@@ -169,7 +170,7 @@ def add_bench_command(subparsers) -> None:
     p.add_argument("--attention", nargs="+", default=None, choices=["torch", "triton", "triton+graphs", "reference"],
                    help="engine paths to time (default: torch on CPU; triton+graphs, triton, torch on CUDA); "
                         "'reference' is 'torch'")
-    p.add_argument("--cache", default="none", choices=["none", "hashed", "radix"], help="cache manager of the main runs")
+    p.add_argument("--cache", default="none", choices=["none", "hashed", "vllm", "radix"], help="cache manager of the main runs")
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--max-num-batched-tokens", type=int, default=4096)
     p.add_argument("--max-num-seqs", type=int, default=256)

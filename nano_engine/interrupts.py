@@ -53,6 +53,7 @@ class InterruptGuard:
 
     def _handler(self, signum: int, frame: FrameType | None) -> None:
         if self.allow:
+            self.allow = False   # the rollback that follows is deferred again
             raise KeyboardInterrupt
         self.pending = True
 
@@ -65,7 +66,7 @@ class InterruptGuard:
         if not self._main_thread() or self.depth:     # elsewhere, or nested: the outermost delivers
             yield
             return
-        self.pending = False
+        self.pending = self.allow = False
         previous = signal.signal(signal.SIGINT, self._handler)
         self.depth = 1
         try:
@@ -76,9 +77,11 @@ class InterruptGuard:
         self._restore(previous, deliver=True)
 
     def _restore(self, previous: object, deliver: bool) -> None:
+        # depth first: once the previous handler is back, Ctrl-C may raise at the very next line,
+        # and a guard left at depth 1 would treat every later section as nested (no deferral).
+        self.depth = 0
         # None: the previous handler was not installed from Python (an embedding application)
         signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)  # type: ignore[arg-type]
-        self.depth = 0
         if self.pending and deliver:
             self.pending = False
             signal.raise_signal(signal.SIGINT)         # now handled by the previous handler

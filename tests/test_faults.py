@@ -38,7 +38,7 @@ from nano_engine.engine import LLMEngine, SamplingParams
 from nano_engine.model import generate
 from nano_engine.sequence import Sequence, Status
 
-CACHES = ["none", "hashed", "radix"]
+CACHES = ["none", "hashed", "vllm", "radix"]
 FAULTS = [RuntimeError, KeyboardInterrupt]
 FIRE_AT = [0, 1, 3]             # the 1st, 2nd or 4th matching call raises
 IN_FLIGHT = [3, 7, 9, 11, 15, 1]   # 17, 48, 150, 33, 33 (a repeat) and 1 tokens; 7 and 9 share 40
