@@ -5,6 +5,8 @@ engine run is checked on, and invariant checks. The fixtures built on them are i
 from __future__ import annotations
 
 import random
+import signal
+import sys
 
 from nano_engine.engine import LLMEngine
 
@@ -60,3 +62,30 @@ def assert_running_prefixes_intact(engine: LLMEngine) -> None:
         pinned = getattr(pool, "pinned_blocks", set())
         for page, n in owners.items():
             assert pool.ref_cnt[page] == n or page in pinned, f"page {page}: ref_cnt {pool.ref_cnt[page]}, {n} holders"
+
+
+class SigintAtLine:
+    """A tracer that raises SIGINT at the ``at``-th line executed in files whose path starts with
+    ``prefix`` (``at=None``: only count the lines), the way Ctrl-C lands: the interpreter runs the
+    SIGINT handler at its next check, wherever that is. Use it as a context manager."""
+
+    def __init__(self, at: int | None, prefix: str) -> None:
+        self.at, self.prefix, self.lines = at, prefix, 0
+
+    def __call__(self, frame, event, arg):
+        if not frame.f_code.co_filename.startswith(self.prefix):
+            return None
+        if event == "line":
+            self.lines += 1
+            if self.lines == self.at:
+                sys.settrace(None)
+                signal.raise_signal(signal.SIGINT)
+                return None
+        return self
+
+    def __enter__(self) -> SigintAtLine:
+        sys.settrace(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        sys.settrace(None)

@@ -25,12 +25,11 @@ import collections
 import os
 import random
 import signal
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from engine_helpers import MAX_TOKENS, assert_running_prefixes_intact
+from engine_helpers import MAX_TOKENS, SigintAtLine, assert_running_prefixes_intact
 
 import nano_engine
 import nano_engine.engine as engine_module
@@ -175,32 +174,6 @@ PACKAGE_DIR = str(Path(nano_engine.__file__).parent)
 SOAK_PROMPTS = [[1, 2, 3], list(range(40, 75)), list(range(40, 60)) + [7, 8, 9], list(range(100, 118))]
 
 
-class SigintAtLine:
-    """A tracer that raises SIGINT at the ``at``-th line executed in ``nano_engine`` code, the
-    way Ctrl-C lands: the interpreter runs the SIGINT handler at its next check, wherever that is."""
-
-    def __init__(self, at: int | None) -> None:
-        self.at, self.lines = at, 0
-
-    def __call__(self, frame, event, arg):
-        if not frame.f_code.co_filename.startswith(PACKAGE_DIR):
-            return None
-        if event == "line":
-            self.lines += 1
-            if self.lines == self.at:
-                sys.settrace(None)
-                signal.raise_signal(signal.SIGINT)
-                return None
-        return self
-
-    def __enter__(self):
-        sys.settrace(self)
-        return self
-
-    def __exit__(self, *exc):
-        sys.settrace(None)
-
-
 def soak(engine: LLMEngine, expected: dict, rounds: int, rng: random.Random) -> tuple[int, int]:
     """``rounds`` generate calls, each hit by SIGINT at a random line (unless the call turns out
     shorter than the line counted for its prompts before); returns (interrupts, broken engines)."""
@@ -211,11 +184,11 @@ def soak(engine: LLMEngine, expected: dict, rounds: int, rng: random.Random) -> 
         batch = tuple(sorted(rng.sample(range(len(SOAK_PROMPTS)), rng.randint(1, 3))))
         batch_prompts, want = [SOAK_PROMPTS[i] for i in batch], [expected[i] for i in batch]
         if batch not in lines:
-            with SigintAtLine(None) as counter:
+            with SigintAtLine(None, PACKAGE_DIR) as counter:
                 assert engine.generate(batch_prompts, params) == want
             lines[batch] = counter.lines
         try:
-            with SigintAtLine(rng.randrange(1, lines[batch])):
+            with SigintAtLine(rng.randrange(1, lines[batch]), PACKAGE_DIR):
                 engine.generate(batch_prompts, params)
         except KeyboardInterrupt:
             interrupts += 1

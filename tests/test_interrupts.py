@@ -5,9 +5,9 @@ test is exhaustive over the guard itself, where a signal at the wrong line once 
 depth 1 (every later section then counted as nested, so nothing was deferred any more)."""
 
 import signal
-import sys
 
 import pytest
+from engine_helpers import SigintAtLine
 
 import nano_engine.interrupts as interrupts_module
 from nano_engine.interrupts import InterruptGuard
@@ -24,43 +24,19 @@ def one_step(guard: InterruptGuard, log: list[str]) -> None:
         log.append("commit")
 
 
-class SigintAtGuardLine:
-    """Raise SIGINT at the ``at``-th line executed in interrupts.py (None: only count them)."""
-
-    def __init__(self, at: int | None) -> None:
-        self.at, self.lines = at, 0
-
-    def __call__(self, frame, event, arg):
-        if frame.f_code.co_filename != GUARD_FILE:
-            return None
-        if event == "line":
-            self.lines += 1
-            if self.lines == self.at:
-                sys.settrace(None)
-                signal.raise_signal(signal.SIGINT)
-                return None
-        return self
-
-
 def test_the_guard_is_whole_after_ctrl_c_at_any_of_its_lines():
     if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
         pytest.skip("needs Python's default SIGINT handler")
-    counter = SigintAtGuardLine(None)
-    sys.settrace(counter)
-    try:
+    with SigintAtLine(None, GUARD_FILE) as counter:
         one_step(InterruptGuard(), [])
-    finally:
-        sys.settrace(None)
     assert counter.lines > 10
     for at in range(1, counter.lines + 1):
         guard, log = InterruptGuard(), []
-        sys.settrace(SigintAtGuardLine(at))
         try:
-            one_step(guard, log)
+            with SigintAtLine(at, GUARD_FILE):
+                one_step(guard, log)
         except KeyboardInterrupt:
             pass
-        finally:
-            sys.settrace(None)
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, f"line {at}: handler not restored"
         assert (guard.depth, guard.allow) == (0, False), f"line {at}: guard left at depth {guard.depth}, allow {guard.allow}"
         # The guard still works: a Ctrl-C inside the next section waits until the section ends.
