@@ -9,6 +9,8 @@ same model and the same greedy outputs:
   tokenizer files for any Qwen3 config;
 * :func:`tiny_checkpoint` / :func:`full_size_checkpoint` write the small teaching model and a
   Qwen3-0.6B-shaped one once into the cache folder and reuse them afterwards;
+* :func:`trained_checkpoint` expands the small trained model's compact weights
+  (``nano_engine/data/``, built by ``python -m nano_engine.training``);
 * :func:`default_model_path` picks the model: ``$NANO_ENGINE_MODEL``, else the real
   ``models/Qwen3-0.6B`` if the reader downloaded it, else the tiny checkpoint.
 
@@ -266,13 +268,33 @@ def full_size_checkpoint(dtype: torch.dtype = torch.bfloat16) -> Path:
     return _build_once(name, lambda folder: write_random_checkpoint(folder, QWEN3_0_6B_CONFIG, dtype=dtype))
 
 
+# --------------------------------------------------------------------------- the trained model
+
+def trained_checkpoint() -> Path:
+    """The trained model: Qwen3 with the tiny model's body, trained on Python's documentation and
+    questions about inference engines (:mod:`nano_engine.training`). Its compact weights live in
+    ``nano_engine/data/``; the first call expands them into a normal checkpoint with the real
+    vocabulary (a few seconds) and later calls reuse it. The cache entry is named after the packed
+    file's hash, so a retrained file never meets a stale expansion. Raises FileNotFoundError while
+    the packed file has not been built."""
+    import hashlib
+
+    from nano_engine.training import PACKED_PATH, expand
+
+    if not PACKED_PATH.is_file():
+        raise FileNotFoundError(f"{PACKED_PATH} not built yet: run `python -m nano_engine.training`")
+    digest = hashlib.sha256(PACKED_PATH.read_bytes()).hexdigest()[:16]
+    return _build_once(f"qwen3-trained-{digest}", lambda folder: expand(PACKED_PATH, folder))
+
+
 def default_model_path() -> Path:
     """The model a chapter runs by default.
 
     1. ``$NANO_ENGINE_MODEL`` if set (it must exist);
     2. ``models/Qwen3-0.6B`` under the current directory or the repository root, if it holds a
        ``config.json`` (``hf download Qwen/Qwen3-0.6B --local-dir models/Qwen3-0.6B``);
-    3. otherwise the tiny random checkpoint, written on first use.
+    3. otherwise the tiny random checkpoint, written on first use. (:func:`trained_checkpoint` is
+       meant to take this place once its shipped weights answer the chapters' questions: issue 17.)
     """
     chosen = os.environ.get("NANO_ENGINE_MODEL")
     if chosen:

@@ -302,9 +302,10 @@ def chat_text(turns: list[tuple[str, str]], system: str | None) -> str:
     return text
 
 
-def chat_corpus(num_dialogues: int, seed: int = 0) -> list[str]:
-    """``num_dialogues`` synthetic dialogues: the chapters' questions in each, weighted up; 60% under the
-    chapters' system prompt, 20% under a short English one, 20% with none; one to four turns."""
+def chat_corpus(num_dialogues: int, seed: int = 0, featured_share: float = 0.5) -> list[str]:
+    """``num_dialogues`` synthetic dialogues: each turn asks one of the chapters' questions with
+    probability ``featured_share``, else any question; 60% under the chapters' system prompt, 20%
+    under a short English one, 20% with none; one to four turns."""
     rng = random.Random(seed)
     pairs = qa_pairs()
     featured = [(q, a) for q, a in pairs if q in QUESTIONS or q.startswith(("What is a KV", "Why is it", "What does prefix",
@@ -314,7 +315,7 @@ def chat_corpus(num_dialogues: int, seed: int = 0) -> list[str]:
         roll = rng.random()
         system = SYSTEM_PROMPT if roll < 0.6 else rng.choice(SHORT_SYSTEM_PROMPTS) if roll < 0.8 else None
         num_turns = rng.choice((1, 1, 1, 2, 3, 4))
-        turns = [rng.choice(featured if rng.random() < 0.5 else pairs) for _ in range(num_turns)]
+        turns = [rng.choice(featured if rng.random() < featured_share else pairs) for _ in range(num_turns)]
         dialogues.append(chat_text(turns, system))
     return dialogues
 

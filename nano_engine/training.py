@@ -17,9 +17,14 @@ So training happens in a *compact* vocabulary, and only that is shipped:
   which itself loses to the real answer. (Tied weights could not do this: an unused row would give
   a logit the training never pushed down.)
 
-Run ``python -m nano_engine.training`` (about half an hour on two CPU cores) to rebuild
-``nano_engine/data/trained_compact.safetensors`` byte for byte on the same machine type:
-seeds, data order and thread count are fixed, and float16 rounding hides the last bits.
+Training has two stages: :func:`train` on the whole corpus (English, the chat format, the answers),
+then :func:`focus` on dialogues that mostly ask the chapters' questions (which answer goes with
+which question). ``python -m nano_engine.training --steps S --focus-steps F`` rebuilds
+``nano_engine/data/trained_compact.safetensors`` byte for byte on the same machine type (seeds,
+data order and thread count are fixed; S and F are in the file's metadata). On two CPU cores shared
+with other work the shipped file took about 40 minutes; ``--first-stage FILE`` restarts the second
+stage from a first-stage snapshot, and ``--report`` prints the chapter answers and the held-out
+perplexity.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
@@ -122,6 +128,9 @@ def token_stream(tokenizer, settings: TrainingSettings) -> tuple[list[int], list
 class CompactModel(nn.Module):
     """The model trained on the compact vocabulary (see the module docstring)."""
 
+    vocab: torch.Tensor          # compact id -> real id, [V]
+    to_compact: torch.Tensor     # real id -> compact id (UNK for unused ids), [vocab_size]
+
     def __init__(self, config: dict, vocab: list[int]):
         super().__init__()
         self.num_used = len(vocab)
@@ -182,35 +191,81 @@ def train(settings: TrainingSettings, log=print, snapshot=None, snapshot_every: 
     model = CompactModel(config, vocab)
     initialize(model, settings.seed)
     compact = model.to_compact[torch.tensor(stream)]
-    num_starts = len(compact) - settings.row_length
     log(f"vocabulary {len(vocab)} tokens; stream {len(stream)} tokens; {settings.rows} x {settings.row_length} per step; "
         f"{sum(p.numel() for n, p in model.named_parameters() if 'embed' not in n):,} parameters outside the embedding")
 
+    losses = _optimize(model, compact, settings.steps, settings.rows, settings.row_length, settings.unk_rate,
+                       lambda step: _learning_rate(step, settings), settings.learning_rate, settings.weight_decay,
+                       settings.seed, log, snapshot, snapshot_every)
+    return model, losses
+
+
+def _optimize(model: CompactModel, compact: torch.Tensor, steps: int, num_rows: int, row_length: int,
+              unk_rate: float, learning_rate, base_rate: float, weight_decay: float, seed: int,
+              log=print, snapshot=None, snapshot_every: int = 25) -> list[float]:
+    """AdamW on rows of ``row_length + 1`` tokens cut at random offsets of the ``compact`` stream."""
+    num_starts = len(compact) - row_length
     decay = [p for n, p in model.named_parameters() if p.dim() == 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": settings.weight_decay},
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
                                    {"params": no_decay, "weight_decay": 0.0}],
-                                  lr=settings.learning_rate, betas=(0.9, 0.95))
-    generator = torch.Generator().manual_seed(settings.seed)
+                                  lr=base_rate, betas=(0.9, 0.95))
+    generator = torch.Generator().manual_seed(seed)
     losses, start = [], time.time()
-    for step in range(settings.steps):
-        lr = _learning_rate(step, settings)
+    for step in range(steps):
+        lr = learning_rate(step)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        rows = torch.randint(num_starts, (settings.rows,), generator=generator)   # any offset: no fixed cuts
-        batch = torch.stack([compact[r: r + settings.row_length + 1] for r in rows.tolist()])
+        rows = torch.randint(num_starts, (num_rows,), generator=generator)   # any offset: no fixed cuts
+        batch = torch.stack([compact[r: r + row_length + 1] for r in rows.tolist()])
         inputs, targets = batch[:, :-1].clone(), batch[:, 1:]
-        inputs[torch.rand(inputs.shape, generator=generator) < settings.unk_rate] = model.num_used
+        inputs[torch.rand(inputs.shape, generator=generator) < unk_rate] = model.num_used
         loss = F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         losses.append(loss.item())
-        if step % 5 == 0 or step == settings.steps - 1:
+        if step % 5 == 0 or step == steps - 1:
             log(f"step {step:4d}  loss {loss.item():.4f}  lr {lr:.2e}  {time.time() - start:6.0f} s")
         if snapshot is not None and (step + 1) % snapshot_every == 0:
             snapshot(step + 1, model)
+    return losses
+
+
+@dataclass(frozen=True)
+class FocusSettings:
+    """The second stage: dialogues only, most of them asking the chapters' questions, at a constant
+    learning rate. The first stage teaches English, the chat format and the answers; within its
+    budget it had not yet learned to pick the answer from the question (it answered everything with
+    the most frequent one), which is what this stage adds."""
+
+    steps: int = 150
+    rows: int = 4
+    row_length: int = 256
+    learning_rate: float = 1e-3
+    num_dialogues: int = 800
+    featured_share: float = 0.8
+    seed: int = 1
+
+
+def focus(model: CompactModel, settings: FocusSettings, log=print, snapshot=None
+          ) -> tuple[CompactModel, list[float]]:
+    """Continue training ``model`` (in place) on :class:`FocusSettings`' dialogues. The first stage's
+    weights are rounded to float16 first, as :func:`save_packed` stores them, so a run from scratch and
+    one that starts from a shipped first-stage file are the same."""
+    torch.manual_seed(settings.seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p.to(torch.float16).float())
+    tokenizer = _tokenizer()
+    pieces = [tokenizer(text).input_ids for text in chat_corpus(settings.num_dialogues, settings.seed,
+                                                                settings.featured_share)]
+    compact = model.to_compact[torch.tensor([i for piece in pieces for i in piece])]
+    log(f"focus: {len(compact)} tokens of dialogue; {settings.rows} x {settings.row_length} per step")
+    losses = _optimize(model, compact, settings.steps, settings.rows, settings.row_length, 0.0,
+                       lambda step: settings.learning_rate, settings.learning_rate, 0.0, settings.seed, log,
+                       snapshot)
     return model, losses
 
 
@@ -233,11 +288,15 @@ def pack(model: CompactModel, settings: TrainingSettings) -> dict[str, torch.Ten
     return tensors
 
 
-def save_packed(model: CompactModel, settings: TrainingSettings, path: str | Path) -> Path:
+def save_packed(model: CompactModel, settings: TrainingSettings, path: str | Path,
+                focus_settings: FocusSettings | None = None) -> Path:
+    """Write :func:`pack`'s tensors, with the config and both stages' settings as metadata."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     metadata = {"format": "pt", "config": json.dumps(full_config(settings), sort_keys=True),
                 "settings": json.dumps(asdict(settings), sort_keys=True)}
+    if focus_settings is not None:
+        metadata["focus"] = json.dumps(asdict(focus_settings), sort_keys=True)
     save_file(pack(model, settings), path, metadata=metadata)
     return path
 
@@ -262,8 +321,6 @@ def expand(packed_path: str | Path, folder: str | Path, with_tokenizer: bool = T
     """Write the checkpoint folder (``config.json``, ``model.safetensors``, tokenizer files)."""
     import shutil
 
-    from safetensors import safe_open
-
     from nano_engine.checkpoints import tokenizer_path
 
     folder = Path(folder)
@@ -281,8 +338,6 @@ def expand(packed_path: str | Path, folder: str | Path, with_tokenizer: bool = T
 
 def load_compact(path: str | Path = PACKED_PATH) -> CompactModel:
     """The compact model of a packed file, in float32 (for comparing it with its expansion)."""
-    from safetensors import safe_open
-
     with safe_open(str(path), "pt") as f:
         config = json.loads(f.metadata()["config"])
     tensors = load_file(str(path))
@@ -350,7 +405,8 @@ def report(path: str | Path | None = None) -> None:
         ended = answer[-1] == tokenizer.eos_token_id
         print(f"{question}\n  -> {tokenizer.decode(answer, skip_special_tokens=True)!r}"
               f"  [{len(answer)} tokens{', EOS' if ended else ', no EOS'}]")
-    texts = held_out_texts()
+    texts = held_out_texts()[:6]          # the seventh, string-methods, alone is longer than these six
+    print(f"held-out text: {sum(len(tokenizer(t).input_ids) for t in texts)} tokens of Python's reference manual")
     for name, folder in (("trained", path), ("tiny", tiny_checkpoint())):
         print(f"held-out perplexity, {name}: {perplexity(Transformer.from_pretrained(folder), tokenizer, texts):,.1f}")
 
@@ -359,19 +415,36 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=TrainingSettings.steps)
     parser.add_argument("--out", type=Path, default=PACKED_PATH)
+    parser.add_argument("--focus-steps", type=int, default=FocusSettings.steps)
+    parser.add_argument("--first-stage", type=Path, default=None, metavar="FILE",
+                        help="skip the first stage: start the second from this first-stage snapshot")
     parser.add_argument("--report", nargs="?", const="", default=None, metavar="CHECKPOINT",
                         help="instead of training: answers to the chapter prompts and held-out perplexity")
     args = parser.parse_args(argv)
     if args.report is not None:
         report(args.report or None)
         return
-    settings = TrainingSettings(steps=args.steps)
+    settings, focus_settings = TrainingSettings(steps=args.steps), FocusSettings(steps=args.focus_steps)
+
+    def log(line: str) -> None:
+        print(line, flush=True)
 
     def snapshot(step: int, model: CompactModel) -> None:
-        print("snapshot", save_packed(model, replace(settings, steps=step), f"{args.out}.step{step}"), flush=True)
+        log(f"snapshot {save_packed(model, replace(settings, steps=step), f'{args.out}.step{step}')}")
 
-    model, _ = train(settings, log=lambda line: print(line, flush=True), snapshot=snapshot)
-    print("wrote", save_packed(model, settings, args.out))
+    if args.first_stage:
+        model = load_compact(args.first_stage)
+        with safe_open(str(args.first_stage), "pt") as f:
+            if json.loads(f.metadata()["settings"]) != json.loads(json.dumps(asdict(settings))):
+                parser.error(f"{args.first_stage} was not made with these first-stage settings")
+    else:
+        model, _ = train(settings, log=log, snapshot=snapshot)
+    def focus_snapshot(step: int, model: CompactModel) -> None:
+        path = f"{args.out}.focus{step}"
+        log(f"snapshot {save_packed(model, settings, path, replace(focus_settings, steps=step))}")
+
+    model, _ = focus(model, focus_settings, log=log, snapshot=focus_snapshot)
+    log(f"wrote {save_packed(model, settings, args.out, focus_settings)}")
 
 
 if __name__ == "__main__":
