@@ -22,9 +22,9 @@ then :func:`focus` on dialogues that mostly ask the chapters' questions (which a
 which question). ``python -m nano_engine.training --steps S --focus-steps F`` rebuilds
 ``nano_engine/data/trained_compact.safetensors`` byte for byte on the same machine type (seeds,
 data order and thread count are fixed; S and F are in the file's metadata). On two CPU cores shared
-with other work the shipped file took about 40 minutes; ``--first-stage FILE`` restarts the second
-stage from a first-stage snapshot, and ``--report`` prints the chapter answers and the held-out
-perplexity.
+with other work, 450 first-stage and 300 second-stage steps took about 75 minutes; ``--first-stage
+FILE`` restarts the second stage from a first-stage snapshot (``--steps`` must match it), and
+``--report`` prints the chapter answers and the held-out perplexity.
 """
 
 from __future__ import annotations
