@@ -12,7 +12,7 @@ same model and the same greedy outputs:
 * :func:`trained_checkpoint` expands the small trained model's compact weights
   (``nano_engine/data/``, built by ``python -m nano_engine.training``);
 * :func:`default_model_path` picks the model: ``$NANO_ENGINE_MODEL``, else the real
-  ``models/Qwen3-0.6B`` if the reader downloaded it, else the tiny checkpoint.
+  ``models/Qwen3-0.6B`` if the reader downloaded it, else the trained checkpoint.
 
 Everything cached goes to :func:`cache_dir`. Each entry is built in a temporary folder and
 renamed into place, so a concurrent process sees either nothing or the finished folder.
@@ -293,8 +293,7 @@ def default_model_path() -> Path:
     1. ``$NANO_ENGINE_MODEL`` if set (it must exist);
     2. ``models/Qwen3-0.6B`` under the current directory or the repository root, if it holds a
        ``config.json`` (``hf download Qwen/Qwen3-0.6B --local-dir models/Qwen3-0.6B``);
-    3. otherwise the tiny random checkpoint, written on first use. (:func:`trained_checkpoint` is
-       meant to take this place once its shipped weights answer the chapters' questions: issue 17.)
+    3. otherwise the small trained checkpoint (:func:`trained_checkpoint`), expanded on first use.
     """
     chosen = os.environ.get("NANO_ENGINE_MODEL")
     if chosen:
@@ -304,4 +303,4 @@ def default_model_path() -> Path:
     for root in (Path.cwd(), REPO_ROOT):
         if (root / REAL_MODEL_DIR / "config.json").is_file():
             return root / REAL_MODEL_DIR
-    return tiny_checkpoint()
+    return trained_checkpoint()

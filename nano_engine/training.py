@@ -17,14 +17,19 @@ So training happens in a *compact* vocabulary, and only that is shipped:
   which itself loses to the real answer. (Tied weights could not do this: an unused row would give
   a logit the training never pushed down.)
 
-Training has two stages: :func:`train` on the whole corpus (English, the chat format, the answers),
-then :func:`focus` on dialogues that mostly ask the chapters' questions (which answer goes with
-which question). ``python -m nano_engine.training --steps S --focus-steps F`` rebuilds
-``nano_engine/data/trained_compact.safetensors`` byte for byte on the same machine type (seeds,
-data order and thread count are fixed; S and F are in the file's metadata). On two CPU cores shared
-with other work, 450 first-stage and 300 second-stage steps took about 75 minutes; ``--first-stage
-FILE`` restarts the second stage from a first-stage snapshot (``--steps`` must match it), and
-``--report`` prints the chapter answers and the held-out perplexity.
+Training has three stages: :func:`train` on the whole corpus (English, the chat format, the
+answers), then :func:`focus` on dialogues that mostly ask the chapters' questions (which answer goes
+with which question), then ``focus`` again with :data:`ANNEAL`'s settings, a learning rate decaying
+to almost nothing, so that the answers settle. The shipped
+``nano_engine/data/trained_compact.safetensors`` was made by::
+
+    python -m nano_engine.training --steps 450 --focus-steps 300 --anneal-steps 100
+
+which rebuilds it (same tensors) on the same machine type: seeds, data order and thread counts are
+fixed, and the numbers of steps are in the file's metadata with every other setting. On two CPU cores
+shared with other work the stages took about 40, 40 and 5 minutes. ``--first-stage FILE`` and
+``--second-stage FILE`` restart from a stage's output (its settings must match); ``--report``
+prints the chapter answers and the held-out perplexity.
 """
 
 from __future__ import annotations
@@ -244,9 +249,26 @@ class FocusSettings:
     rows: int = 4
     row_length: int = 256
     learning_rate: float = 1e-3
+    final_learning_rate: float | None = None   # None: constant; else linear decay to it over ``steps``
+    warmup_steps: int = 0
     num_dialogues: int = 800
     featured_share: float = 0.8
     seed: int = 1
+    threads: int = 2
+
+    def rate(self, step: int) -> float:
+        if step < self.warmup_steps:
+            return self.learning_rate * (step + 1) / self.warmup_steps
+        if self.final_learning_rate is None:
+            return self.learning_rate
+        done = (step - self.warmup_steps) / max(1, self.steps - self.warmup_steps - 1)
+        return self.learning_rate + (self.final_learning_rate - self.learning_rate) * done
+
+
+# The third stage: the same kind of dialogues, fresh data order, and a learning rate that decays to
+# almost nothing. At the second stage's constant rate the answer to one question keeps flipping to
+# another's between snapshots; decaying the rate lets the weights settle.
+ANNEAL = FocusSettings(steps=100, rows=8, learning_rate=3e-4, final_learning_rate=1e-5, warmup_steps=10, seed=2)
 
 
 def focus(model: CompactModel, settings: FocusSettings, log=print, snapshot=None
@@ -255,6 +277,7 @@ def focus(model: CompactModel, settings: FocusSettings, log=print, snapshot=None
     weights are rounded to float16 first, as :func:`save_packed` stores them, so a run from scratch and
     one that starts from a shipped first-stage file are the same."""
     torch.manual_seed(settings.seed)
+    torch.set_num_threads(settings.threads)
     with torch.no_grad():
         for p in model.parameters():
             p.copy_(p.to(torch.float16).float())
@@ -264,8 +287,7 @@ def focus(model: CompactModel, settings: FocusSettings, log=print, snapshot=None
     compact = model.to_compact[torch.tensor([i for piece in pieces for i in piece])]
     log(f"focus: {len(compact)} tokens of dialogue; {settings.rows} x {settings.row_length} per step")
     losses = _optimize(model, compact, settings.steps, settings.rows, settings.row_length, 0.0,
-                       lambda step: settings.learning_rate, settings.learning_rate, 0.0, settings.seed, log,
-                       snapshot)
+                       settings.rate, settings.learning_rate, 0.0, settings.seed, log, snapshot)
     return model, losses
 
 
@@ -289,7 +311,7 @@ def pack(model: CompactModel, settings: TrainingSettings) -> dict[str, torch.Ten
 
 
 def save_packed(model: CompactModel, settings: TrainingSettings, path: str | Path,
-                focus_settings: FocusSettings | None = None) -> Path:
+                focus_settings: FocusSettings | None = None, anneal_settings: FocusSettings | None = None) -> Path:
     """Write :func:`pack`'s tensors, with the config and both stages' settings as metadata."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -297,6 +319,8 @@ def save_packed(model: CompactModel, settings: TrainingSettings, path: str | Pat
                 "settings": json.dumps(asdict(settings), sort_keys=True)}
     if focus_settings is not None:
         metadata["focus"] = json.dumps(asdict(focus_settings), sort_keys=True)
+    if anneal_settings is not None:
+        metadata["anneal"] = json.dumps(asdict(anneal_settings), sort_keys=True)
     save_file(pack(model, settings), path, metadata=metadata)
     return path
 
@@ -416,15 +440,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=TrainingSettings.steps)
     parser.add_argument("--out", type=Path, default=PACKED_PATH)
     parser.add_argument("--focus-steps", type=int, default=FocusSettings.steps)
-    parser.add_argument("--first-stage", type=Path, default=None, metavar="FILE",
-                        help="skip the first stage: start the second from this first-stage snapshot")
+    parser.add_argument("--anneal-steps", type=int, default=ANNEAL.steps)
+    start = parser.add_mutually_exclusive_group()
+    start.add_argument("--first-stage", type=Path, default=None, metavar="FILE",
+                       help="skip the first stage: start the second from this first-stage snapshot")
+    start.add_argument("--second-stage", type=Path, default=None, metavar="FILE",
+                       help="skip the first two stages: start the third from this second-stage snapshot")
     parser.add_argument("--report", nargs="?", const="", default=None, metavar="CHECKPOINT",
                         help="instead of training: answers to the chapter prompts and held-out perplexity")
     args = parser.parse_args(argv)
     if args.report is not None:
         report(args.report or None)
         return
-    settings, focus_settings = TrainingSettings(steps=args.steps), FocusSettings(steps=args.focus_steps)
+    settings = TrainingSettings(steps=args.steps)
+    focus_settings = FocusSettings(steps=args.focus_steps)
+    anneal_settings = replace(ANNEAL, steps=args.anneal_steps)
 
     def log(line: str) -> None:
         print(line, flush=True)
@@ -432,19 +462,30 @@ def main(argv: list[str] | None = None) -> None:
     def snapshot(step: int, model: CompactModel) -> None:
         log(f"snapshot {save_packed(model, replace(settings, steps=step), f'{args.out}.step{step}')}")
 
-    if args.first_stage:
-        model = load_compact(args.first_stage)
-        with safe_open(str(args.first_stage), "pt") as f:
-            if json.loads(f.metadata()["settings"]) != json.loads(json.dumps(asdict(settings))):
-                parser.error(f"{args.first_stage} was not made with these first-stage settings")
-    else:
-        model, _ = train(settings, log=log, snapshot=snapshot)
     def focus_snapshot(step: int, model: CompactModel) -> None:
         path = f"{args.out}.focus{step}"
         log(f"snapshot {save_packed(model, settings, path, replace(focus_settings, steps=step))}")
 
-    model, _ = focus(model, focus_settings, log=log, snapshot=focus_snapshot)
-    log(f"wrote {save_packed(model, settings, args.out, focus_settings)}")
+    def check_settings(path: Path, key: str, expected: TrainingSettings | FocusSettings) -> None:
+        with safe_open(str(path), "pt") as f:
+            if json.loads(f.metadata()[key]) != json.loads(json.dumps(asdict(expected))):
+                parser.error(f"{path} was not made with these {key} settings")
+
+    if args.second_stage:
+        model = load_compact(args.second_stage)
+        check_settings(args.second_stage, "settings", settings)
+        check_settings(args.second_stage, "focus", focus_settings)
+    else:
+        if args.first_stage:
+            model = load_compact(args.first_stage)
+            check_settings(args.first_stage, "settings", settings)
+        else:
+            model, _ = train(settings, log=log, snapshot=snapshot)
+        model, _ = focus(model, focus_settings, log=log, snapshot=focus_snapshot)
+        log(f"second stage: {save_packed(model, settings, f'{args.out}.focus', focus_settings)}")
+    # Snapshots of the third stage are not shorter runs (its rate schedule depends on its length).
+    model, _ = focus(model, anneal_settings, log=log)
+    log(f"wrote {save_packed(model, settings, args.out, focus_settings, anneal_settings)}")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from nano_engine.checkpoints import tiny_checkpoint, trained_checkpoint
 from nano_engine.model import Transformer
 from nano_engine.prompts import QUESTIONS, chat_prompts
 from nano_engine.training import (
+    ANNEAL,
     PACKED_PATH,
     FocusSettings,
     TrainingSettings,
@@ -39,10 +40,11 @@ def trained():
 def test_shipped_file_is_small_and_made_by_the_committed_settings():
     assert PACKED_PATH.stat().st_size <= 10 * 2**20
     with safe_open(str(PACKED_PATH), "pt") as f:
-        shipped, shipped_focus = json.loads(f.metadata()["settings"]), json.loads(f.metadata()["focus"])
+        shipped, shipped_focus, shipped_anneal = (json.loads(f.metadata()[key]) for key in ("settings", "focus", "anneal"))
     # Only the numbers of steps are chosen on the command line; everything else is the code's default.
     assert shipped == json.loads(json.dumps(asdict(replace(TrainingSettings(), steps=shipped["steps"]))))
     assert shipped_focus == asdict(replace(FocusSettings(), steps=shipped_focus["steps"]))
+    assert shipped_anneal == asdict(replace(ANNEAL, steps=shipped_anneal["steps"]))
 
 
 @needs_weights
@@ -106,7 +108,7 @@ def _contents(path):
 
 
 def test_training_is_deterministic(tmp_path):
-    """A shortened run of both stages (a toy body, a few steps) twice: identical tensors and metadata.
+    """A shortened run of the three stages (a toy body, a few steps) twice: identical tensors and metadata.
     (Not identical file bytes: safetensors writes the metadata keys in a hash map's order.)"""
     body = {"head_dim": 16, "hidden_size": 32, "intermediate_size": 64, "max_position_embeddings": 512,
             "max_window_layers": 1, "num_attention_heads": 2, "num_hidden_layers": 1, "num_key_value_heads": 1,
@@ -114,12 +116,14 @@ def test_training_is_deterministic(tmp_path):
     settings = TrainingSettings(steps=3, rows=2, row_length=48, warmup_steps=1, num_dialogues=20,
                                 body=tuple(sorted(body.items())))
     second = FocusSettings(steps=2, rows=2, row_length=48, num_dialogues=10)
+    third = replace(ANNEAL, steps=3, rows=2, row_length=48, warmup_steps=1, num_dialogues=10)
     files, losses = [], []
     for run in range(2):
         model, first_losses = train(settings, log=lambda line: None)
         model, focus_losses = focus(model, second, log=lambda line: None)
-        files.append(_contents(save_packed(model, settings, tmp_path / f"run{run}.safetensors", second)))
-        losses.append((first_losses, focus_losses))
+        model, anneal_losses = focus(model, third, log=lambda line: None)
+        files.append(_contents(save_packed(model, settings, tmp_path / f"run{run}.safetensors", second, third)))
+        losses.append((first_losses, focus_losses, anneal_losses))
     (meta0, tensors0), (meta1, tensors1) = files
     assert meta0 == meta1 and tensors0.keys() == tensors1.keys() and losses[0] == losses[1]
     assert all(torch.equal(tensors0[name], tensors1[name]) for name in tensors0)
