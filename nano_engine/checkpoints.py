@@ -12,8 +12,10 @@ same model and the same greedy outputs:
   into the cache folder and reuse them afterwards;
 * :func:`model_path` returns any of those by name (the :data:`PRESETS` registry), and
   :func:`resolve_model` also accepts ``"default"`` or a folder, as the command line does;
+* :func:`trained_checkpoint` expands the small trained model's compact weights
+  (``nano_engine/data/``, built by ``python -m nano_engine.training``);
 * :func:`default_model_path` picks the model: ``$NANO_ENGINE_MODEL``, else the real
-  ``models/Qwen3-0.6B`` if the reader downloaded it, else the tiny checkpoint.
+  ``models/Qwen3-0.6B`` if the reader downloaded it, else the trained checkpoint.
 
 Everything cached goes to :func:`cache_dir`. Each entry is built in a temporary folder and
 renamed into place, so a concurrent process sees either nothing or the finished folder.
@@ -303,12 +305,32 @@ def full_size_checkpoint(dtype: torch.dtype = torch.bfloat16) -> Path:
     return _build_once(name, lambda folder: write_random_checkpoint(folder, QWEN3_0_6B_CONFIG, dtype=dtype))
 
 
+# --------------------------------------------------------------------------- the trained model
+
+def trained_checkpoint() -> Path:
+    """The trained model: Qwen3 with the tiny model's body, trained on Python's documentation and
+    questions about inference engines (:mod:`nano_engine.training`). Its compact weights live in
+    ``nano_engine/data/``; the first call expands them into a normal checkpoint with the real
+    vocabulary (a few seconds) and later calls reuse it. The cache entry is named after the packed
+    file's hash, so a retrained file never meets a stale expansion. Raises FileNotFoundError while
+    the packed file has not been built."""
+    import hashlib
+
+    from nano_engine.training import PACKED_PATH, expand
+
+    if not PACKED_PATH.is_file():
+        raise FileNotFoundError(f"{PACKED_PATH} not built yet: run `python -m nano_engine.training`")
+    digest = hashlib.sha256(PACKED_PATH.read_bytes()).hexdigest()[:16]
+    return _build_once(f"qwen3-trained-{digest}", lambda folder: expand(PACKED_PATH, folder))
+
+
 # Every built-in model by name: a function that returns its folder, creating it on first use.
 # A new preset is one more line here; ``--model NAME`` and :func:`model_path` pick it up.
 PRESETS: dict[str, Callable[[], Path]] = {
     "tiny": tiny_checkpoint,
     "medium": medium_checkpoint,
     "full": full_size_checkpoint,
+    "trained": trained_checkpoint,
 }
 
 
@@ -349,7 +371,7 @@ def default_model_path() -> Path:
     1. ``$NANO_ENGINE_MODEL`` if set (it must exist);
     2. ``models/Qwen3-0.6B`` under the current directory or the repository root, if it holds a
        ``config.json`` (``hf download Qwen/Qwen3-0.6B --local-dir models/Qwen3-0.6B``);
-    3. otherwise the tiny random checkpoint, written on first use.
+    3. otherwise the small trained checkpoint (:func:`trained_checkpoint`), expanded on first use.
     """
     chosen = os.environ.get("NANO_ENGINE_MODEL")
     if chosen:
@@ -359,4 +381,4 @@ def default_model_path() -> Path:
     for root in (Path.cwd(), REPO_ROOT):
         if (root / REAL_MODEL_DIR / "config.json").is_file():
             return root / REAL_MODEL_DIR
-    return tiny_checkpoint()
+    return trained_checkpoint()

@@ -25,6 +25,7 @@ from nano_engine.checkpoints import (
     parameter_shapes,
     tiny_checkpoint,
     tokenizer_path,
+    trained_checkpoint,
     write_random_checkpoint,
 )
 from nano_engine.prompts import chat_prompts
@@ -121,12 +122,12 @@ def test_default_model_path(monkeypatch, tmp_path):
     monkeypatch.setattr(checkpoints, "REPO_ROOT", tmp_path / "repo")
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("NANO_ENGINE_MODEL", raising=False)
-    assert default_model_path() == tiny_checkpoint()
+    assert default_model_path() == trained_checkpoint()
     AutoTokenizer.from_pretrained(default_model_path())  # the design's promise: it has a tokenizer
 
     real = tmp_path / "models" / "Qwen3-0.6B"
     real.mkdir(parents=True)
-    assert default_model_path() == tiny_checkpoint(), "a folder without config.json is not a model"
+    assert default_model_path() == trained_checkpoint(), "a folder without config.json is not a model"
     (real / "config.json").write_text("{}")
     assert default_model_path().resolve() == real.resolve()
 

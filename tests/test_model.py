@@ -81,6 +81,21 @@ def test_matches_transformers_tiny_checkpoint():
     _check_against_hf(path, hf, lengths=[5, 40, 123], steps=32)
 
 
+def test_matches_transformers_trained_checkpoint():
+    """The trained model: untied head, real vocabulary, weights expanded from the compact file."""
+    checkpoints = pytest.importorskip("nano_engine.checkpoints")
+    training = pytest.importorskip("nano_engine.training")
+    if not training.PACKED_PATH.is_file():
+        pytest.skip("nano_engine/data/trained_compact.safetensors not built (python -m nano_engine.training)")
+    path = checkpoints.trained_checkpoint()
+    hf = Qwen3ForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    # Logits only: this model emits EOS, which _hf_greedy's min_new_tokens forbids transformers to pick.
+    ours = Transformer.from_pretrained(path)
+    with torch.inference_mode():
+        for p in _prompts(ours.config.vocab_size, [5, 40, 123]):
+            torch.testing.assert_close(ours(p[None]), hf(p[None]).logits, atol=1e-4, rtol=1e-4)
+
+
 @pytest.mark.slow
 def test_matches_transformers_full_size(full_size_pair):
     path, hf = full_size_pair
