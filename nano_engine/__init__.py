@@ -12,7 +12,9 @@ one exception, the engine's imports of ``fast/``, happens only when a fast path 
     model.py           a hand-written Qwen3 decoder in plain PyTorch, and the reference greedy loop
     weights.py         config.json and safetensors (one file or sharded), checked field by field
     tokenizer.py       Qwen's tokenizer, rebuilt offline
-    checkpoints.py     the model folders the chapters and tests use (a tiny one, the default one)
+    checkpoints.py     the model folders the chapters and tests use, by preset name (tiny, medium, trained, full)
+    training.py        how the small trained default model was made (deterministic, CPU), and its expansion
+    train_corpus.py    its training text: Python's bundled docs and generated questions about inference engines
     prompts.py         the chapters' chat requests that share one long system prompt
 
   paged KV memory (chapter 01)

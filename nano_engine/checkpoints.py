@@ -32,7 +32,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
 
 from nano_engine.tokenizer import write_tokenizer
 
@@ -307,6 +308,41 @@ def full_size_checkpoint(dtype: torch.dtype = torch.bfloat16) -> Path:
 
 # --------------------------------------------------------------------------- the trained model
 
+PACKED_PATH = Path(__file__).resolve().parent / "data" / "trained_compact.safetensors"
+"""The trained model as shipped: fp16 rows for the ~6k tokens its corpus uses (``nano_engine.training``)."""
+
+
+def expanded_weights(packed: dict[str, torch.Tensor], config: dict) -> dict[str, torch.Tensor]:
+    """The Hugging Face tensors (float32, real vocabulary, untied head) of a packed compact model."""
+    vocab = packed["vocab"].long()
+    embed = packed["embed_tokens.weight"].float()
+    used, unk = embed[:-1], embed[-1]
+    full_embed = unk.expand(config["vocab_size"], -1).clone()
+    full_embed[vocab] = used
+    full_head = packed["rest"].float().expand(config["vocab_size"], -1).clone()
+    full_head[vocab] = used
+    weights = {"model.embed_tokens.weight": full_embed, "lm_head.weight": full_head}
+    for name, tensor in packed.items():
+        if name not in ("vocab", "rest", "embed_tokens.weight"):
+            weights[f"model.{name}"] = tensor.float().contiguous()
+    return weights
+
+
+def expand(packed_path: str | Path, folder: str | Path, with_tokenizer: bool = True) -> Path:
+    """Write the checkpoint folder (``config.json``, ``model.safetensors``, tokenizer files)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    with safe_open(str(packed_path), "pt") as f:
+        config = json.loads(f.metadata()["config"])
+    (folder / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    save_file(expanded_weights(load_file(str(packed_path)), config), folder / "model.safetensors",
+              metadata={"format": "pt"})
+    if with_tokenizer:
+        for file in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copyfile(tokenizer_path() / file, folder / file)
+    return folder
+
+
 def trained_checkpoint() -> Path:
     """The trained model: Qwen3 with the tiny model's body, trained on Python's documentation and
     questions about inference engines (:mod:`nano_engine.training`). Its compact weights live in
@@ -315,8 +351,6 @@ def trained_checkpoint() -> Path:
     file's hash, so a retrained file never meets a stale expansion. Raises FileNotFoundError while
     the packed file has not been built."""
     import hashlib
-
-    from nano_engine.training import PACKED_PATH, expand
 
     if not PACKED_PATH.is_file():
         raise FileNotFoundError(f"{PACKED_PATH} not built yet: run `python -m nano_engine.training`")

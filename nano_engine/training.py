@@ -9,7 +9,7 @@ So training happens in a *compact* vocabulary, and only that is shipped:
   ``V + 1`` rows: one per token the corpus uses, plus ``UNK``, the input row for every other id.
   Its head is tied to the first ``V`` embedding rows, plus one extra class, ``REST``, a learned
   vector ``r`` that stands for *all* ``N`` unused ids at once: its logit is ``h·r + log N``.
-* **Expansion.** :func:`expand` writes a normal, untied Hugging Face checkpoint with the real
+* **Expansion.** :func:`nano_engine.checkpoints.expand` writes a normal, untied Hugging Face checkpoint with the real
   vocabulary: used ids get their trained rows in both matrices, every other id gets ``UNK`` as its
   embedding and ``r`` as its LM-head row. Each unused id then has logit ``h·r``, so the full softmax
   equals the compact one exactly (``N`` copies of ``exp(h·r)`` are ``exp(h·r + log N)``), and greedy
@@ -48,11 +48,10 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from nano_engine.checkpoints import PACKED_PATH
 from nano_engine.model import Qwen3Config, Transformer, rope_cos_sin
 from nano_engine.prompts import SYSTEM_PROMPT
 from nano_engine.train_corpus import chat_corpus, chat_text, documentation_topics, qa_pairs
-
-PACKED_PATH = Path(__file__).resolve().parent / "data" / "trained_compact.safetensors"
 
 # Qwen3-0.6B's config with the body of the `tiny` model (4 layers, hidden 128: 0.8M parameters
 # outside the embeddings, sized for half an hour on two busy CPU cores) and an untied head for the
@@ -323,41 +322,6 @@ def save_packed(model: CompactModel, settings: TrainingSettings, path: str | Pat
         metadata["anneal"] = json.dumps(asdict(anneal_settings), sort_keys=True)
     save_file(pack(model, settings), path, metadata=metadata)
     return path
-
-
-def expanded_weights(packed: dict[str, torch.Tensor], config: dict) -> dict[str, torch.Tensor]:
-    """The Hugging Face tensors (float32, real vocabulary, untied head) of a packed compact model."""
-    vocab = packed["vocab"].long()
-    embed = packed["embed_tokens.weight"].float()
-    used, unk = embed[:-1], embed[-1]
-    full_embed = unk.expand(config["vocab_size"], -1).clone()
-    full_embed[vocab] = used
-    full_head = packed["rest"].float().expand(config["vocab_size"], -1).clone()
-    full_head[vocab] = used
-    weights = {"model.embed_tokens.weight": full_embed, "lm_head.weight": full_head}
-    for name, tensor in packed.items():
-        if name not in ("vocab", "rest", "embed_tokens.weight"):
-            weights[f"model.{name}"] = tensor.float().contiguous()
-    return weights
-
-
-def expand(packed_path: str | Path, folder: str | Path, with_tokenizer: bool = True) -> Path:
-    """Write the checkpoint folder (``config.json``, ``model.safetensors``, tokenizer files)."""
-    import shutil
-
-    from nano_engine.checkpoints import tokenizer_path
-
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    with safe_open(str(packed_path), "pt") as f:
-        config = json.loads(f.metadata()["config"])
-    (folder / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    save_file(expanded_weights(load_file(str(packed_path)), config), folder / "model.safetensors",
-              metadata={"format": "pt"})
-    if with_tokenizer:
-        for file in ("tokenizer.json", "tokenizer_config.json"):
-            shutil.copyfile(tokenizer_path() / file, folder / file)
-    return folder
 
 
 def load_compact(path: str | Path = PACKED_PATH) -> CompactModel:
