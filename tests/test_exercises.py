@@ -38,6 +38,13 @@ def _judge_here(ex, path, **kwargs) -> dict:
     return runner.judge_in_process(ex.tests, path, ex.starter, **kwargs)
 
 
+def _judge_in_child(ex, path) -> dict:
+    """Judge a known-wrong file as a learner's is judged: in a child process with a time and memory
+    limit (a wrong variant may loop forever or grow a list without end; in-process it would hang
+    or exhaust this process's memory)."""
+    return judge.judge_file(ex, path, timeout=5.0)
+
+
 def _failures(report: dict) -> str:
     return "\n".join(f"{t['name']}: {t['verdict']}: {t['message']} {t.get('failure')}"
                      for t in report.get("tests", []) if t["verdict"] != "accepted") + str(report.get("load_error", ""))
@@ -68,8 +75,8 @@ def test_starter_is_rejected_and_raises_not_implemented(ex):
 
 @pytest.mark.parametrize("ex,path", WRONG, ids=[f"{ex.number}-{p.stem}" for ex, p in WRONG])
 def test_wrong_variant_is_rejected(ex, path):
-    report = _judge_here(ex, path)
-    assert report["verdict"] in ("wrong answer", "runtime error"), report["verdict"]
+    report = _judge_in_child(ex, path)
+    assert report["verdict"] in ("wrong answer", "runtime error", "timeout"), report["verdict"]
     assert report["failed"] >= 1
 
 
@@ -79,8 +86,8 @@ def test_mistake_applies_once_and_is_rejected(ex, mistake, tmp_path):
     assert ex.solution.read_text(encoding="utf-8").count(mistake["old"]) == 1
     path = tmp_path / f"{mistake['name']}.py"
     path.write_text(judge.apply_mistake(ex, mistake), encoding="utf-8")
-    report = _judge_here(ex, path)
-    assert report["verdict"] in ("wrong answer", "runtime error"), report["verdict"]
+    report = _judge_in_child(ex, path)
+    assert report["verdict"] in ("wrong answer", "runtime error", "timeout"), report["verdict"]
     changed = [line for line in judge.mistake_diff(ex, mistake).splitlines()[2:] if line[:1] in "+-"]
     assert changed, "the diff a reader sees shows the edit"
 
