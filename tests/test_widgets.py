@@ -306,6 +306,33 @@ def test_prediction_reveals_the_answer_beside_the_guess():
     assert "Predict: How many tokens will hit?" in p._repr_mimebundle_()["text/plain"]
 
 
+def test_prediction_run_all_keeps_the_answer_folded_until_a_guess_or_a_click():
+    # Run All: the question is displayed, nobody types, the reveal cell runs right after.
+    p = predict("How many tokens will hit?")
+    box = p.widget
+    typed, answer = box.children[1].children
+    revealed = p.reveal(480)
+    # headless text (nbclient output, static pages) still states the answer ...
+    assert revealed == "How many tokens will hit? Answer: 480 (no prediction typed)."
+    bundle = revealed._repr_mimebundle_()
+    assert bundle["text/plain"] == revealed
+    assert "application/vnd.jupyter.widget-view+json" in bundle  # ... a live frontend renders the widget
+    # ... whose answer is folded under "Show answer" (a <details> that is not open)
+    assert answer.value.startswith("<details") and "<summary>Show answer</summary>" in answer.value
+    assert "<details open" not in answer.value and not typed.disabled
+    # typing a prediction afterwards opens the comparison and freezes the guess
+    typed.value = "500"
+    assert answer.value == "<b>You predicted 500; answer: 480 (off by 20).</b>" and typed.disabled
+    assert "details" not in answer.value
+
+
+def test_prediction_reveal_without_a_displayed_question_builds_the_answer_line():
+    revealed = predict("Ratio?").reveal(0.26)
+    bundle = revealed._repr_mimebundle_()
+    assert bundle["text/plain"] == "Ratio? Answer: 0.26 (no prediction typed)."
+    assert "Show answer" in revealed.prediction._output.value
+
+
 def test_prediction_headless_and_non_numeric():
     assert predict("Which hits more?", answer="radix").reveal() == "Which hits more? Answer: radix (no prediction typed)."
     assert Prediction("Which?", guess="blocks").reveal("radix") == "Which? You predicted blocks; answer: radix."

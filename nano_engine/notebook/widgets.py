@@ -33,7 +33,8 @@ last token, a radix tree matches the whole prompt), shown under the narration as
 
 :func:`predict` is the other half of "predict, then run": a question the reader answers in a
 text box before an experiment, and whose ``reveal(answer)`` shows the measured answer beside the
-guess afterwards (headless, with nobody typing, it just states the answer).
+guess afterwards. In a live notebook the answer stays folded until the reader types a guess or
+clicks "Show answer", so "Run All" does not give it away; headless, it just states the answer.
 """
 
 from __future__ import annotations
@@ -650,9 +651,18 @@ class Prediction:
     """A question for the reader to answer before running an experiment.
 
     Display it (it is the last expression of a cell, or ``display(p)``): a text box under the
-    question. After the experiment, ``p.reveal(answer)`` puts the answer beside the guess in the
-    widget and returns the same comparison as text, so that a headless run, where nobody types,
-    still shows the answer.
+    question. After the experiment, ``p.reveal(answer)`` returns a :class:`Revealed`, the
+    comparison of guess and answer as text; display it (last expression, or ``display(...)``;
+    never ``print``, which would show the answer at once).
+
+    How much shows depends on who is looking, so that "Run All" does not give the answer away:
+
+    * a live notebook (widgets render): the answer stays folded under "Show answer" until the
+      reader types a prediction (Enter) or clicks "Show answer"; a guess typed before the
+      experiment ran is compared at once;
+    * a headless run (nbclient, ``nbconvert --execute``) or a page rendered without widgets: the
+      output's text is the whole comparison, answer included; a page rendered with the saved
+      widget state shows the folded answer, which a click opens (no kernel needed).
 
     >>> p = Prediction("How many tokens will hit?")
     >>> p.reveal(480)
@@ -662,12 +672,15 @@ class Prediction:
     'How many tokens will hit? You predicted 300; answer: 480 (off by 180).'
     """
 
+    WAITING = "<i>run the experiment below to see the answer</i>"
+
     def __init__(self, question: str, answer: Any = None, guess: str = "") -> None:
         if not isinstance(question, str) or not question.strip():
             raise ValueError(f"question must be a non-empty string, got {question!r}")
         self.question, self.answer = question, answer
         self._guess = guess
         self._widget: Any = None
+        self._revealed: Any = None  # the answer once reveal() ran (None before)
         self._result = ""
 
     @property
@@ -675,38 +688,79 @@ class Prediction:
         """What the reader typed (stripped); "" when nothing was typed."""
         return (self._input.value if self._widget is not None else self._guess).strip()
 
-    def reveal(self, answer: Any = None) -> str:
+    def reveal(self, answer: Any = None) -> Revealed:
         """Compare the guess with ``answer`` (default: the one given to the constructor)."""
         answer = self.answer if answer is None else answer
         if answer is None:
             raise ValueError("answer is missing: pass reveal(answer) or Prediction(..., answer=...)")
-        shown = _format_answer(answer)
+        self._revealed = answer
+        self._sync()
+        return Revealed(f"{self.question} {self._result}", self)
+
+    def _compare(self) -> str:
+        shown = _format_answer(self._revealed)
         if not self.guess:
-            self._result = f"Answer: {shown} (no prediction typed)."
-        else:
-            self._result = f"You predicted {self.guess}; answer: {shown}{_miss(self.guess, answer)}."
-        if self._widget is not None:
+            return f"Answer: {shown} (no prediction typed)."
+        return f"You predicted {self.guess}; answer: {shown}{_miss(self.guess, self._revealed)}."
+
+    def _sync(self, *_: Any) -> None:
+        """Bring the result (and the widget, if shown) up to date with the guess and the answer."""
+        if self._revealed is None:
+            return
+        self._result = self._compare()
+        if self._widget is None:
+            return
+        if self.guess:  # the reader has committed to a prediction: compare openly
             self._output.value = f"<b>{html.escape(self._result)}</b>"
             self._input.disabled = True
-        return f"{self.question} {self._result}"
+        else:  # Run All, nobody typed: fold the answer away, a click (or a typed guess) opens it
+            self._output.value = (f"<details class='nano-predict-fold'><summary>Show answer</summary>"
+                                  f"<b>{html.escape(self._result)}</b> "
+                                  f"<i>(or type your prediction and press Enter)</i></details>")
 
     @property
     def widget(self) -> Any:
         if self._widget is None:
             import ipywidgets as w
 
-            self._input = w.Text(value=self._guess, placeholder="your prediction", layout=w.Layout(width="180px"))
+            self._input = w.Text(value=self._guess, placeholder="your prediction", continuous_update=False,
+                                 layout=w.Layout(width="180px"))
             self._input.add_class("nano-predict-input")
-            self._output = w.HTML(value="<i>run the experiment below to see the answer</i>")
+            self._output = w.HTML(value=self.WAITING)
             self._output.add_class("nano-predict-answer")
             label = w.HTML(value=f"<b>Predict:</b> {html.escape(self.question)}")
             self._widget = w.VBox([label, w.HBox([self._input, self._output])])
             self._widget.add_class("nano-predict")
+            self._input.observe(self._sync, names="value")  # a guess typed after the run opens the answer
+            self._sync()
         return self._widget
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None, **kwargs: Any) -> Any:
         bundle = self.widget._repr_mimebundle_(include=include, exclude=exclude, **kwargs)
         bundle["text/plain"] = f"Predict: {self.question} (type your answer in the box)"  # where widgets do not render
+        return bundle
+
+
+class Revealed(str):
+    """The text ``Prediction.reveal`` returns: the whole comparison, answer included.
+
+    Displayed in a notebook, a frontend that renders widgets shows the prediction's answer line
+    (folded while no guess was typed); one that does not (a headless run's saved output, a static
+    page) shows this text.
+    """
+
+    prediction: Prediction
+
+    def __new__(cls, text: str, prediction: Prediction) -> Revealed:
+        self = super().__new__(cls, text)
+        self.prediction = prediction
+        return self
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None, **kwargs: Any) -> Any:
+        p = self.prediction
+        p.widget  # noqa: B018 - builds the answer line if the question was never displayed
+        bundle = p._output._repr_mimebundle_(include=include, exclude=exclude, **kwargs)
+        bundle["text/plain"] = str(self)
         return bundle
 
 
