@@ -4,12 +4,14 @@
 # And for the edit-test loop:
 #   make test-fast  the unit tests in parallel (no notebooks, browser or full-size model)
 #   make lint       ruff and mypy alone
+#   make check-citations  download the pinned vLLM / SGLang releases and check every cited file and
+#                   symbol (notebooks/citations.toml); needs the network, so not part of make test
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: lab test test-fast lint setup system-deps clean
+.PHONY: lab test test-fast lint setup system-deps clean check-citations
 
 setup: $(STAMP) system-deps
 
@@ -40,6 +42,9 @@ test: setup lint
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -n auto -m "not notebook and not browser and not slow" -q
+
+check-citations: $(STAMP)
+	$(PY) notebooks/check_citations.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache
