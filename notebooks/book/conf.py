@@ -58,6 +58,7 @@ nb_execution_timeout = 300  # per cell; the chapters take under 2 minutes each
 nb_execution_raise_on_error = True  # a failing chapter fails the build, naming the cell
 nb_execution_show_tb = True
 nb_merge_streams = True
+nb_render_markdown_format = "myst"  # Markdown outputs may use roles (the landing page's chapter map: {doc})
 # No CDN: nothing loads require.js or the ipywidgets HTML manager; the chapters' widgets render as
 # static HTML (above), and a live-widget view that slips through falls back to its text.
 nb_ipywidgets_js = {}
