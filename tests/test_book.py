@@ -2,7 +2,7 @@
 
 Every page (the landing page and one per chapter, found by name in notebooks/) loads from file://
 with no console error, no failed request and no request off the disk; every relative link and
-anchor resolves; chapter 03's stepper advances on a click (diagram, narration and hit rate change)
+anchor resolves; the same from a static web server; chapter 03's stepper advances on a click (diagram, narration and hit rate change)
 with no kernel; chapter 02 shows its plots and diagrams.
 
 Where it fits `make test`: the book's tools are not part of the test set-up (they are pinned in
@@ -17,6 +17,7 @@ after three steps are left in the tests' temporary folders (``book-index.png``, 
 import importlib.util
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -139,11 +140,14 @@ class Watched:
         self.page.on("console", lambda m: m.type == "error" and self.problems.append(f"console: {m.text}"))
         self.page.on("pageerror", lambda e: self.problems.append(f"page error: {e}"))
         self.page.on("requestfailed", lambda r: self.problems.append(f"failed: {r.url} {r.failure}"))
-        self.page.on("request", lambda r: r.url.startswith(("file:", "data:", "about:", "blob:"))
+        self.page.on("response", lambda r: r.status >= 400 and self.problems.append(f"{r.status}: {r.url}"))
+        self.page.on("request", lambda r: r.url.startswith(("file:", "data:", "about:", "blob:", self.local))
                      or self.problems.append(f"off the disk: {r.url}"))
 
-    def open(self, file: Path) -> None:
-        self.page.goto(file.as_uri(), wait_until="load", timeout=60_000)
+    local = "file:"  # or the address of the static server the page comes from
+
+    def open(self, file: Path | str) -> None:
+        self.page.goto(file if isinstance(file, str) else file.as_uri(), wait_until="load", timeout=60_000)
         self.page.wait_for_timeout(300)  # late scripts (theme, search) have run
 
     def close(self) -> None:
@@ -164,6 +168,37 @@ def test_page_loads_with_no_error(site, browser, name, tmp_path):
         assert not watched.problems, "\n".join(watched.problems)
     finally:
         watched.close()
+
+
+def test_served_by_a_static_server(site, browser):
+    """The same pages from a plain static web server (Python's, on 127.0.0.1): nothing missing."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "-d", str(site)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    watched = Watched(browser)
+    watched.local = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and server.poll() is None, "the static server did not start"
+                time.sleep(0.2)
+        for name in ["index", *CHAPTERS, "search"]:
+            watched.open(f"{watched.local}{name}.html")
+        assert not watched.problems, "\n".join(watched.problems)
+    finally:
+        watched.close()
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(timeout=10)
 
 
 VISIBLE = ".nano-stepper-frame:not([hidden])"

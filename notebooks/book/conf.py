@@ -73,6 +73,7 @@ html_theme = "sphinx_book_theme"
 html_title = "nano_engine: KV-cache reuse in inference engines"
 html_static_path = [str(HERE / "_static")]
 html_css_files = ["book.css"]
+html_favicon = str(HERE / "_static" / "favicon.svg")  # else browsers ask a web server for /favicon.ico (a 404)
 html_copy_source = False  # no _sources/ copies of the notebooks
 html_show_sourcelink = False
 html_last_updated_fmt = None
