@@ -54,10 +54,12 @@ does. It needs no query to the instance.
 
 **KV events instead of guessing.** vLLM engines publish which block hashes enter and leave their
 cache (:mod:`nano_engine.kv_events`). With ``kv_event_pools`` the router subscribes to each
-instance's :class:`~nano_engine.prefix_cache.PrefixCachingBlockPool`, keeps the set of hashes
-each one holds, and measures a match as the longest run of the prompt's chained block hashes
-present in that set; the size of an instance is its number of cached blocks. Nothing is guessed,
-but an instance reports a prefix only once it has computed it.
+instance's :class:`~nano_engine.prefix_cache.PrefixCachingBlockPool`, counts the blocks holding
+each hash there (a ``Counter``: in vLLM mode two blocks can cache one hash, and evicting one leaves
+the other serving), and measures a match as the longest run of the prompt's chained block hashes,
+in their published form (``pool.event_hash``), that the instance holds; the size of an instance is
+its number of cached blocks, duplicates included. Nothing is guessed, but an instance reports a
+prefix only once it has registered it.
 
 Instances for :func:`run_trace` (anything with ``submit``, ``tick`` and ``busy``):
 
@@ -130,7 +132,7 @@ class Router:
         self._next = 0  # round robin's turn
         self.trees = [RadixCache() for _ in range(num_instances)]
         self.kv_event_pools: list[PrefixCachingBlockPool] | None = None
-        self.cached_hashes: list[set[int]] = []     # per instance, from its KV events
+        self.cached_hashes: list[Counter] = []      # per instance, blocks per hash, from its KV events
         self._unsubscribe: list[Callable[[], None]] = []
         if kv_event_pools is not None:
             self._subscribe(list(kv_event_pools))
@@ -144,7 +146,7 @@ class Router:
             raise ValueError("kv_event_pools: every pool must use the same block size and the same named "
                              "hash_algo, so that one prompt has one chain of hashes")
         self.kv_event_pools = pools
-        self.cached_hashes = [set() for _ in pools]
+        self.cached_hashes = [Counter() for _ in pools]
         self._unsubscribe = [pool.subscribe(self._event_handler(i)) for i, pool in enumerate(pools)]
 
     def _event_handler(self, instance: int) -> Callable[[KVEvent], None]:
@@ -220,7 +222,8 @@ class Router:
         if self.kv_event_pools is None:
             return [tree.match_length(prompt) for tree in self.trees]
         pool = self.kv_event_pools[0]
-        hashes = pool.block_hashes(list(prompt)[:-1])   # an engine never reuses the last token
+        # An engine never reuses the last token; events carry hashes as pool.event_hash gives them.
+        hashes = [pool.event_hash(h) for h in pool.block_hashes(list(prompt)[:-1])]
         lengths = []
         for cached in self.cached_hashes:
             n = 0
@@ -233,7 +236,7 @@ class Router:
         """Per instance, the tokens it is believed to cache (tree size, or cached blocks)."""
         if self.kv_event_pools is None:
             return [tree.total_size() for tree in self.trees]
-        return [len(h) * self.kv_event_pools[0].block_size for h in self.cached_hashes]
+        return [sum(blocks.values()) * self.kv_event_pools[0].block_size for blocks in self.cached_hashes]
 
 
 # ------------------------------------------------------------------------------- instances
