@@ -4,6 +4,8 @@ The scheduler never touches a block pool or a radix tree directly. It asks a *ca
 
 ==============================  ==================================================================
 ``match(seq)``                  the longest cached prefix this sequence may reuse (counted in stats)
+``can_admit(match, num_tokens)`` would ``lock`` then ``allocate`` fit? Asked before ``lock``, so a
+                                request that does not fit changes nothing (no LRU refresh)
 ``lock(seq, match)``            start using that prefix: it becomes the head of ``seq.block_table``
                                 and ``seq.num_computed_tokens``; nobody may evict it now
 ``allocate(seq, num_tokens)``   grow ``seq.block_table`` to hold ``num_tokens`` tokens, evicting
@@ -134,6 +136,15 @@ class CacheManager(ABC):
     def _protect(self, match: PrefixMatch) -> None:  # noqa: B027 (a hook: empty on purpose)
         """Keep ``match`` from being evicted while a sequence uses it (nothing to do without caching)."""
 
+    def can_admit(self, match: PrefixMatch, num_tokens: int) -> bool:
+        """Would ``lock(seq, match)`` followed by ``allocate(seq, num_tokens)`` succeed?
+
+        The scheduler asks before it locks anything, so that a request which does not fit leaves
+        the cache exactly as it found it. True here means "try": ``lock`` and ``allocate``, and
+        release if that fails (exact for a manager whose lock has no side effect on eviction order).
+        """
+        return True
+
     # -- memory --------------------------------------------------------------------------------
 
     def blocks_needed(self, num_tokens: int) -> int:
@@ -221,6 +232,8 @@ class HashedBlockCacheManager(CacheManager):
     * ``match``: ``pool.lookup(token_ids, max_tokens=num_tokens - 1, lora_id=..., cache_salt=...)``,
       which counts ``num_queries`` / ``num_hits`` exactly like ``lookup(prompt[:-1])``; ``peek`` is
       the same walk through ``pool.peek``, uncounted;
+    * ``can_admit``: the new blocks plus the hits still in the free queue must fit in it, checked
+      before ``lock`` as vLLM's ``allocate_slots`` does, so a failed admission touches nothing;
     * ``lock``: ``touch`` the hit blocks (a reference each; ref-0 ones leave the free queue);
     * ``allocate``: from the free queue's head, evicting whatever cached block is taken;
     * ``cache``: ``cache_blocks`` after every forward, so blocks filled during chunked prefill *and*
@@ -229,8 +242,8 @@ class HashedBlockCacheManager(CacheManager):
 
     With a vLLM-mode pool (``PrefixCachingBlockPool(..., vllm=True)``, ``LLMEngine(cache="vllm")``)
     the full blocks are registered when they are *allocated* for a step, for the tokens the step
-    will compute, as vLLM's ``KVCacheManager.allocate_slots`` does (it calls ``cache_blocks`` at
-    its end): a request admitted later in the same step already hits them. That is safe because
+    will compute, as vLLM 0.33.0's ``KVCacheManager.allocate_slots`` does
+    (``vllm/v1/core/kv_cache_manager.py``; it calls ``coordinator.cache_blocks`` at its end): a request admitted later in the same step already hits them. That is safe because
     every layer's attention writes the whole batch's new K/V before any sequence reads
     (``PagedAttention.attend``: ``store`` first). If the step then fails, ``rollback`` forgets the
     registrations the step did not compute.
@@ -252,6 +265,20 @@ class HashedBlockCacheManager(CacheManager):
 
     def _protect(self, match: PrefixMatch) -> None:
         self.pool.touch(match.blocks)
+
+    def can_admit(self, match: PrefixMatch, num_tokens: int) -> bool:
+        """vLLM 0.33's admission check (``KVCacheManager.allocate_slots``, with
+        ``SingleTypeKVCacheManager.get_num_blocks_to_allocate``): the new blocks *plus the hit
+        blocks sitting in the free queue* (touching takes them out of it) must not exceed the free
+        blocks, else None before anything is touched.
+
+        Without it, a request that hits cached blocks but cannot get the rest would touch the hits
+        and give them back: freed again, they land at the tail of the free queue, as if just used,
+        and the next allocation evicts some other prefix in their place.
+        """
+        new = self.blocks_needed(num_tokens) - len(match.blocks)
+        hits_in_queue = sum(1 for b in match.blocks if self.pool.ref_cnt[b] == 0)
+        return new + hits_in_queue <= self.pool.num_free
 
     def allocate(self, seq: Sequence, num_tokens: int) -> bool:
         if not super().allocate(seq, num_tokens):
