@@ -354,17 +354,25 @@ class RadixCacheManager(CacheManager):
     * ``allocate``: when the pool runs short, evict unused leaves *first*; the scheduler preempts a
       request only if that is still not enough. Because it runs after ``lock``, it sees the free
       space as it is once the match is protected (a lock can turn evictable tokens into protected);
-    * ``cache`` (SGLang's ``cache_unfinished_req``): after a forward that computed prompt tokens,
-      insert the page-aligned computed prefix so that others can match it while this request is
-      still running, free this request's duplicate pages (``insert`` returns how much was there
-      already), switch its block table to the tree's copies, and move its lock to the new node.
-      Decode steps insert nothing; their tokens enter the tree when the request ends;
-    * ``free`` (``cache_finished_req``): insert the page-aligned computed tokens, free duplicates,
-      unlock, and free the unaligned tail page(s). A preempted request does the same, so when it is
-      readmitted it finds its own prefix again unless memory pressure evicted it meanwhile.
+    * ``cache`` (SGLang 0.5.23: ``RadixCache.checkpoint`` in ``python/sglang/srt/mem_cache/radix_cache.py``,
+      called at the checkpoints of a running request; ``cache_unfinished_req`` before the 2026
+      refactor): after a forward that computed prompt tokens, insert the page-aligned computed
+      prefix so that others can match it while this request is still running, free this request's
+      duplicate pages (``insert`` returns how much was there already), switch its block table to
+      the tree's copies, and move its lock to the new node. Decode steps insert nothing; their
+      tokens enter the tree when the request ends;
+    * ``free`` (SGLang 0.5.23: ``release_kv_cache`` in ``mem_cache/common.py``, which checkpoints
+      once more, frees the row past the tree's part and unlocks; ``cache_finished_req`` before the
+      refactor): insert the page-aligned computed tokens, free duplicates, unlock, and free the
+      unaligned tail page(s). A preempted request does the same, so when it is readmitted it
+      finds its own prefix again unless memory pressure evicted it meanwhile.
+    * no ``can_admit`` check: a request that does not fit is locked, tried and released (its
+      match was already refreshed by ``match_prefix``).
 
     Requests with extra keys (``lora_id``, ``cache_salt``) get a tree of their own (a *namespace*),
-    so they never share KV across adapters or tenants. Eviction then visits the trees least
+    so they never share KV across adapters or tenants. (SGLang 0.5.23 keeps one tree and namespaces
+    every child key by ``(extra_key, cache_salt)``, ``RadixKey.child_key``, the LoRA id folded into
+    ``extra_key``: a disjoint subtree per namespace, as here a tree per namespace.) Eviction then visits the trees least
     recently used first, and a tree left empty with no request in it is dropped: a server that
     sees thousands of salts keeps only the trees that still hold something.
     """

@@ -26,8 +26,9 @@ holds a popular prefix, so the router must also balance load.
   In every case the prompt is recorded in the chosen instance's tree.
 
 **What SGLang's router does differently** (``CacheAwarePolicy::select_worker`` in
-``sgl-model-gateway/src/policies/cache_aware.rs`` of sgl-project/sglang, and
-``model_gateway/src/policies/cache_aware.rs`` of smg-project/smg, read 2026):
+``sgl-model-gateway/src/policies/cache_aware.rs`` of sgl-project/sglang at commit ``b93974f``, and
+``model_gateway/src/policies/cache_aware.rs`` of smg-project/smg at commit ``56ad201``; the tree is
+``Tree::prefix_match`` in ``src/policies/tree.rs``):
 
 * Its tree is over request **text** (characters), not token ids: it routes before any
   tokenizer runs, and the match ratio is matched characters over prompt characters. (smg adds a
@@ -35,18 +36,21 @@ holds a popular prefix, so the router must also balance load.
 * Step 3: the rule above, "smallest tree", is the original design (still described in the
   file's header comment); the code now sends a low-match request to the **least-loaded** worker.
   This package keeps the smallest-tree rule.
-* Trees are trimmed by a background thread every ``eviction_interval_secs`` to
+* Trees are trimmed by a background thread every ``eviction_interval`` seconds to
   ``max_tree_size``; this package trims on every insert (a simulation has no clock), to
   ``tree_capacity`` tokens per instance.
 * Load is the gateway's own in-flight count (``Worker::load``), as here; smg can also use the
-  loads the engines report, and turns the balance rule into a per-request "spill" gate against
-  the fleet's mean load.
+  loads the engines report. (smg's header at ``56ad201`` still describes the max - min / relative
+  rule above; its PR #2341, 2026-08-27, mentions an "overload spill gate", which we have not
+  checked in code.)
 
-Defaults (below) are the gateway's command-line defaults, the same in ``main.rs``'s ``CliArgs``
-(sgl-model-gateway and smg) and in the Python ``RouterArgs`` (``sglang_router/router_args.py``):
-``cache_threshold`` 0.3, ``balance_abs_threshold`` 64, ``balance_rel_threshold`` 1.5,
-``max_tree_size`` 2**26, eviction every 120 s (some versions of ``RouterArgs`` say 60 s). The
-Rust ``CacheAwareConfig::default()`` used by library callers differs (0.5, 32, 1.1, 30 s, 10,000).
+Defaults (below) are the gateway's command-line defaults, the same in ``src/main.rs``'s ``CliArgs``
+(sgl-model-gateway at commit ``f47e04e``) and in the Python ``RouterArgs``
+(``sglang_router/router_args.py``, sglang-router 0.3.2): ``cache_threshold`` 0.3,
+``balance_abs_threshold`` 64, ``balance_rel_threshold`` 1.5, ``max_tree_size`` 2**26; eviction
+every 120 s in ``CliArgs``, 60 s in that ``RouterArgs`` (``eviction_interval_secs``). The Rust
+``CacheAwareConfig::default()`` (``src/policies/mod.rs``) used by library callers differs (0.5,
+32, 1.1, 30 s, 10,000).
 
 **Load** is the number of requests in flight at an instance: routed there and not yet finished,
 counted by the router itself (``route`` adds one, ``complete`` takes it away), as SGLang's router
