@@ -117,8 +117,9 @@ class ExtraKeys:
     placeholder tokens sit at positions ``offset .. offset + length - 1`` and look alike for every
     image, so each block they overlap mixes in ``(identifier, offset - block_start)``.
 
-    Each key is tagged (``("lora", id)``, ``("salt", s)``, ``("mm", id, offset)``) so that a salt
-    can never be mistaken for an adapter name that happens to be spelled the same.
+    Each key is tagged (``("lora", id)``, ``("salt", s)``, ``("mm", id, offset)``: :meth:`for_block`)
+    so that a salt can never be mistaken for an adapter name that happens to be spelled the same.
+    vLLM mode tags them as vLLM 0.33.0 does instead (:func:`vllm_block_extra_keys`).
     """
 
     lora_id: Hashable | None = None
