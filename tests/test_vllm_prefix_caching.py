@@ -242,17 +242,22 @@ def test_kv_cache_events():
     assert removed == [[h] for h in published[::-1]]
 
 
-def test_kv_event_hashes_are_the_low_64_bits_as_int():
+def test_kv_event_hashes_are_the_low_64_bits_as_int(monkeypatch):
     """vLLM 0.33's ``maybe_convert_block_hash`` under ``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES`` (its
     default, 1): the int of the digest's low 64 bits; with the option off, the digest itself. The
     value below is vLLM's, computed with its ``vllm.utils.hashing.sha256`` on the same block."""
-    for int_hashes, expected in [(True, VLLM_FIRST_BLOCK_PUBLISHED), (False, bytes.fromhex(VLLM_FIRST_BLOCK))]:
-        pool = PrefixCachingBlockPool(2, 4, vllm=True, int_event_hashes=int_hashes)
-        events = []
-        pool.subscribe(events.append)
-        pool.cache_blocks([1, 2, 3, 4], pool.allocate(1), 4)
-        assert events[0].block_hashes == [expected]
-        assert pool.event_hash(pool.block_hashes([1, 2, 3, 4])[0]) == expected
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+    none_hash.cache_clear()
+    try:
+        for int_hashes, expected in [(True, VLLM_FIRST_BLOCK_PUBLISHED), (False, bytes.fromhex(VLLM_FIRST_BLOCK))]:
+            pool = PrefixCachingBlockPool(2, 4, vllm=True, int_event_hashes=int_hashes)
+            events = []
+            pool.subscribe(events.append)
+            pool.cache_blocks([1, 2, 3, 4], pool.allocate(1), 4)
+            assert events[0].block_hashes == [expected]
+            assert pool.event_hash(pool.block_hashes([1, 2, 3, 4])[0]) == expected
+    finally:
+        none_hash.cache_clear()
 
 
 def test_kv_event_extra_keys_are_untagged():
