@@ -40,6 +40,7 @@ one exception, the engine's imports of ``fast/``, happens only when a fast path 
 
   beyond one engine (chapters 04 and 05)
     workloads.py       request streams with shared prefixes, and the hit rate a cache gets on them
+    traces.py          real traffic: Mooncake's production request traces, replayed through the caches
     router.py          which of several engine instances serves a request
     timing.py          the book chapter's reuse experiment timed: cache off vs on, TTFT and wall time
 
