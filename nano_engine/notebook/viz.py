@@ -227,13 +227,17 @@ def draw_radix(
                  f"total {tree.total_size()} tokens")
         if getattr(tree, "page_size", 1) > 1:
             sizes += f" · page size {tree.page_size}"
-        g.attr(label=_legend_row([
+        swatches = [
             _swatch("protected (lock > 0)", COLORS["protected_fill"], COLORS["protected"]),
             _swatch("evictable (lock 0)", COLORS["evictable_fill"], COLORS["evictable"]),
-            _swatch("last match path", "white", COLORS["match"], width=2),
-            _swatch("made by last split", "white", COLORS["split"], width=2),
-            _swatch("evicted", "white", COLORS["evicted"], style="dashed"),
-        ], caption=sizes))
+        ]
+        if hasattr(tree, "last_match_path"):  # a reader's tree keeps no record of its last operations
+            swatches += [
+                _swatch("last match path", "white", COLORS["match"], width=2),
+                _swatch("made by last split", "white", COLORS["split"], width=2),
+                _swatch("evicted", "white", COLORS["evicted"], style="dashed"),
+            ]
+        g.attr(label=_legend_row(swatches, caption=sizes))
     return g
 
 
@@ -329,6 +333,7 @@ def draw_block_pool(
     num_blocks = len(pool.ref_cnt)
     hash_to_block: Mapping[Hashable, int] = getattr(pool, "hash_to_block", {})
     block_size = getattr(pool, "block_size", None)
+    caching = hasattr(pool, "block_hash")  # chapter 01's pool caches nothing: no hash table to draw
     g = _digraph("block_pool", "TB", None)
     g.attr(nodesep="0.5", ranksep="0.45")
     g.attr("node", shape="plaintext", margin="0")
@@ -336,7 +341,7 @@ def draw_block_pool(
     # The blocks, in id order, as rows of cells (a picture of memory).
     rows = []
     for start in range(0, num_blocks, per_row):
-        cells = "".join(_block_cell(pool, b, evicted.get(b), tokenizer, max_tokens)
+        cells = "".join(_block_cell(pool, b, evicted.get(b), tokenizer, max_tokens, caching)
                         for b in range(start, min(start + per_row, num_blocks)))
         rows.append(f"<TR>{cells}</TR>")
     title = (f'<TD ROWSPAN="{len(rows)}" VALIGN="MIDDLE">{_font("blocks", 10, COLORS["muted"], bold=True)}'
@@ -348,7 +353,9 @@ def draw_block_pool(
     # The hash table: one column per entry (plus struck-through ones just evicted), pointing at blocks.
     entries = [(h, b, False) for h, b in hash_to_block.items()]
     entries += [(h, b, True) for b, h in evicted.items()]
-    if entries:
+    if not caching:
+        pass
+    elif entries:
         heads, targets = [], []
         for i, (h, b, gone) in enumerate(entries):
             color = COLORS["evicted"] if gone else COLORS["evictable"]
@@ -367,7 +374,8 @@ def draw_block_pool(
                 g.edge(f"hashes:h{i}:s", f"blocks:b{b}:n", color=COLORS["evictable"], penwidth="1")
     else:
         g.node("hashes", label=_label([_font("hash → block: (empty)", 10, COLORS["muted"], bold=True)]))
-    g.edge("hashes", "blocks", style="invis")
+    if caching:
+        g.edge("hashes", "blocks", style="invis")
 
     # The free queue, head (reused first) to tail.
     queue = list(pool.free_queue)
@@ -394,7 +402,13 @@ def draw_block_pool(
                                f'{_font("block tables", 10, COLORS["muted"], bold=True)}</TD></TR>{table_rows}</TABLE>>')
         g.edge("blocks", "tables", style="invis")
 
-    if legend:
+    if legend and not caching:
+        in_use = sum(1 for c in pool.ref_cnt if c > 0)
+        g.attr(label=_legend_row([
+            _swatch("in use (ref count)", COLORS["protected_fill"], COLORS["protected"], "solid"),
+            _swatch("free", COLORS["empty_fill"], COLORS["empty"], "solid"),
+        ], caption=f"{in_use} in use · {len(queue)} free"))
+    elif legend:
         in_use = sum(1 for c in pool.ref_cnt if c > 0)
         cached_free = sum(1 for b in queue if _hash_of(pool, b) is not None)
         sizes = (f"{in_use} in use · {cached_free} cached and free · "
@@ -410,14 +424,14 @@ def draw_block_pool(
 
 
 def _block_cell(pool: PrefixCachingBlockPool, b: int, evicted_hash: Hashable | None,
-                tokenizer: Tokenizer | None, max_tokens: int) -> str:
+                tokenizer: Tokenizer | None, max_tokens: int, caching: bool = True) -> str:
     ref, h = pool.ref_cnt[b], _hash_of(pool, b)
     if ref > 0:
         fill, border, state = COLORS["protected_fill"], COLORS["protected"], f"ref {ref}"
     elif h is not None:
         fill, border, state = COLORS["evictable_fill"], COLORS["evictable"], "free"
     else:
-        fill, border, state = COLORS["empty_fill"], COLORS["empty"], "empty"
+        fill, border, state = COLORS["empty_fill"], COLORS["empty"], "empty" if caching else "free"
     lines = [_font(f"block {b}", 11, bold=True), _font(state, 9, COLORS["text"])]
     if h is not None:
         lines.append(_font(short_hash(h), 9, COLORS["evictable"], MONO))
@@ -425,7 +439,7 @@ def _block_cell(pool: PrefixCachingBlockPool, b: int, evicted_hash: Hashable | N
         if entry is not None and entry[b] is not None:
             lines.append(_font(_esc(format_tokens(entry[b].token_ids, tokenizer, max_tokens, 14)), 9,
                                COLORS["muted"], None if tokenizer else MONO))
-    else:
+    elif caching:
         lines.append(_font("no hash", 9, COLORS["ghost_text"]))
     width = "1"
     if evicted_hash is not None:
