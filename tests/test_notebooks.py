@@ -36,3 +36,14 @@ def test_executes_headless(path, monkeypatch):
     client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
                             resources={"metadata": {"path": str(path.parent)}})
     client.execute()        # raises on the first failing cell, naming it
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_predictions_are_displayed_not_printed(path):
+    """A printed reveal shows the answer at once under "Run All"; a displayed one keeps it folded."""
+    import re
+
+    nb = json.loads(path.read_text())
+    code = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    printed = [line for cell in code for line in cell.splitlines() if re.search(r"print\([^)]*\.reveal\(", line)]
+    assert not printed, f"{path.name}: display(...) a reveal instead of printing it: {printed}"
