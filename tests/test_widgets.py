@@ -403,3 +403,27 @@ def test_static_mode_renders_html_instead_of_widgets(monkeypatch):
 
     shown = check_button(23)._repr_html_()  # no buttons to press without a kernel: the commands instead
     assert "python practice/judge.py start 23" in shown and "python practice/judge.py test 23" in shown
+
+def test_radix_stepper_runs_a_readers_tree():
+    """``make_tree`` steps a tree written in chapter 03's build cells: the same script, the same
+    hits, the same evictions as the package's tree; narrated from returns (it has no events)."""
+    from test_build_cells_vs_exercises import build_source
+
+    namespace: dict = {}
+    exec(compile(build_source("03_radix_tree"), "chapter 03 build cells", "exec"), namespace)
+    own = RadixStepper(SPLIT_WHILE_LOCKED, capacity=6, concurrent=2, make_tree=namespace["RadixTree"])
+    pkg = RadixStepper(SPLIT_WHILE_LOCKED, capacity=6, concurrent=2)
+    mine, theirs = run_all(own), run_all(pkg)
+    assert [s.kind for s in mine] == [s.kind for s in theirs]
+    assert [(s.hits, s.queries) for s in mine] == [(s.hits, s.queries) for s in theirs]
+    assert all(s.events == () for s in mine)
+    narrations = [s.narration for s in mine[1:]]
+    assert narrations[4] == "r2: lock: 5 tokens evictable → protected"
+    assert narrations[7] == "r3: lock: already protected"          # the front inherited r2's lock
+    assert narrations[10] == "r2: the tree holds 7 > 6 tokens; evict 1 token: slots 5"
+    assert "evict leaf [9] (slots 5)" in theirs[11].narration        # the package evicts the same
+    assert own.go_to(3) == mine[3] and own.back() == mine[2]         # replay works on it too
+    assert own.go_to(own.num_steps) == mine[-1]
+    assert own.tree.total_size() == pkg.tree.total_size() == 6 and own.tree.root.lock_ref == 1
+    with pytest.raises(ValueError, match="page_size=1"):
+        RadixStepper(SPLIT_WHILE_LOCKED, page_size=2, make_tree=namespace["RadixTree"])

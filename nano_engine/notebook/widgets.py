@@ -404,11 +404,17 @@ class _RadixRun:
     """One pass of the radix script over a fresh tree."""
 
     def __init__(self, requests: list[list[int]], page_size: int, capacity: int | None,
-                 concurrent: int, tokenizer: Tokenizer | None) -> None:
+                 concurrent: int, tokenizer: Tokenizer | None,
+                 make_tree: Callable[[], Any] | None = None) -> None:
         self.requests, self.capacity, self.concurrent = requests, capacity, concurrent
         self.tokenizer = tokenizer
         self.events: list[tuple[str, dict]] = []
-        self.tree = RadixCache(page_size, on_event=self.events.append)
+        # A reader's own tree (make_tree) reports no events: its steps are narrated from what
+        # its methods return and from its two sizes instead.
+        self.plain = make_tree is not None
+        self.tree = make_tree() if make_tree is not None else RadixCache(page_size, on_event=self.events.append)
+        self.page_size = page_size
+        self._note = ""
         self.slots = _SlotAllocator(page_size)
         self.matched: dict[int, tuple[list[int], Any]] = {}  # request -> (hit slots, node it locked)
         self.hits = self.queries = 0
@@ -422,10 +428,13 @@ class _RadixRun:
     def _perform(self, kind: str, i: int, action: Callable[[], tuple[str, str] | None]) -> Step:
         """Run ``action`` and narrate the events it caused, between the two notes it returns."""
         first = len(self.events)
+        sizes = (self.tree.evictable_size, self.tree.protected_size)
         before, after = action() or ("", "")
         events = self.events[first:]
         evictions = [data for k, data in events if k == "evict"]
         parts = [before, *(self._narrate(e) for e in events if e[0] != "evict")]
+        if self.plain:
+            parts.append(self._plain_narration(kind, sizes))
         if len(evictions) == 1:
             parts.append(f"evict leaf {self._leaf(evictions[0])}, the least recently used")
         elif evictions:
@@ -444,6 +453,7 @@ class _RadixRun:
             self.matched[i] = self.tree.match_prefix(tokens)
             self.hits += len(self.matched[i][0])
             self.queries += len(tokens)
+            self._note = f"match {len(self.matched[i][0])} of {_count(len(tokens), 'token')}"
 
         yield self._perform("match", i, match)
         node = self.matched[i][1]
@@ -453,12 +463,14 @@ class _RadixRun:
     def _finish(self, i: int) -> Iterator[Step]:
         tokens = self.requests[i]
         hit, node = self.matched.pop(i)
-        stored = len(tokens) - len(tokens) % self.tree.page_size
+        stored = len(tokens) - len(tokens) % self.page_size
 
         def insert() -> tuple[str, str]:
             # The request computed KV for everything past its hit, in slots of its own.
             value = hit + self.slots.take(stored - len(hit))
             cached = self.tree.insert(tokens[:stored], value)
+            self._note = (f"insert: first {_count(cached, 'token')} already cached" if cached
+                          else f"insert: {_count(stored, 'token')}, none cached before")
             duplicates = value[len(hit):cached]  # another request stored these tokens meanwhile
             self.slots.give_back(duplicates)
             note = f"frees its duplicate slots {format_slots(duplicates)}" if duplicates else ""
@@ -472,12 +484,25 @@ class _RadixRun:
         if capacity is not None and over > 0:
             def evict() -> tuple[str, str]:
                 total = self.tree.total_size()
-                self.slots.give_back(self.tree.evict(over))
+                freed = self.tree.evict(over)
+                self.slots.give_back(freed)
+                self._note = f"evict {_count(len(freed), 'token')}: slots {format_slots(freed)}"
                 short = "" if self.tree.total_size() <= capacity else \
                     f"the rest is locked: the tree stays {self.tree.total_size() - capacity} over"
                 return f"the tree holds {total} > {capacity} tokens", short
 
             yield self._perform("evict", i, evict)
+
+    def _plain_narration(self, kind: str, sizes: tuple[int, int]) -> str:
+        """What a tree without events did, read from its returns and its two sizes."""
+        if kind in ("lock", "unlock"):
+            moved = abs(self.tree.protected_size - sizes[1])
+            if not moved:
+                return f"{kind}: " + ("already protected" if kind == "lock" else "still protected by another request")
+            arrow = "evictable → protected" if kind == "lock" else "protected → evictable"
+            return f"{kind}: {_count(moved, 'token')} {arrow}"
+        note, self._note = self._note, ""
+        return note
 
     def _narrate(self, event: tuple[str, dict]) -> str:
         kind, data = event
@@ -523,6 +548,8 @@ class RadixStepper(_Stepper):
             ``None``: never evict.
         tokenizer: decodes token runs in the diagram and narration (and encodes text requests).
         concurrent: how many requests run at once (1: one after the other).
+        make_tree: builds a fresh tree of your own (any class with the ``RadixCache`` methods and
+            sizes, e.g. the one a chapter writes); narrated from its returns, as it has no events.
 
     Two requests at a time: r2 holds [1 .. 5] locked when r3 splits it.
 
@@ -538,12 +565,16 @@ class RadixStepper(_Stepper):
     """
 
     def __init__(self, requests: Sequence[Request], page_size: int = 1, capacity: int | None = None,
-                 tokenizer: Tokenizer | None = None, *, concurrent: int = 1) -> None:
+                 tokenizer: Tokenizer | None = None, *, concurrent: int = 1,
+                 make_tree: Callable[[], Any] | None = None) -> None:
         if capacity is not None and (not isinstance(capacity, int) or capacity < 0):
             raise ValueError(f"capacity must be an int >= 0 or None, got {capacity!r}")
+        if make_tree is not None and page_size != 1:
+            raise ValueError("make_tree: a tree of your own is stepped with page_size=1 only")
         self.requests = encode_requests(requests, tokenizer)
         self.page_size, self.capacity, self.tokenizer = page_size, capacity, tokenizer
         self.concurrent = _check_concurrent(concurrent)
+        self.make_tree = make_tree
         RadixCache(page_size)  # checks page_size before anything runs
         super().__init__()
 
@@ -553,7 +584,8 @@ class RadixStepper(_Stepper):
         return self._run.tree
 
     def _new_run(self) -> _RadixRun:
-        return _RadixRun(self.requests, self.page_size, self.capacity, self.concurrent, self.tokenizer)
+        return _RadixRun(self.requests, self.page_size, self.capacity, self.concurrent, self.tokenizer,
+                         self.make_tree)
 
     def _draw(self, run: _RadixRun, step: Step | None) -> graphviz.Digraph:
         # Highlight what this step did: the walk of a match or insert, the leaves of an eviction.
