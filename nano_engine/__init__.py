@@ -54,6 +54,7 @@ one exception, the engine's imports of ``fast/``, happens only when a fast path 
     viz.py             diagrams of the block pool and the radix tree
     widgets.py         steppers: requests through a cache, one operation at a time
     exercises.py       a chapter's exercise: the statement and a "Check my solution" button
+    listing.py         show_source (a class's real source, never pasted text) and add_to_class (a class one method a cell)
 
   tools
     __main__.py        the command line: ``python -m nano_engine generate | hitrate | bench``
