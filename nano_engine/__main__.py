@@ -109,7 +109,64 @@ def add_hitrate_command(subparsers) -> None:
     p.add_argument("--capacity", type=int, nargs="+", default=None, metavar="TOKENS",
                    help="also print the hit rates of caches bounded to these sizes (LRU eviction)")
     p.add_argument("--plot", default=None, metavar="FILE", help="save a matplotlib figure (PNG, SVG, PDF)")
+    add_host_tier_options(p)
     p.set_defaults(handler=run_hitrate)
+
+
+# -- hitrate with a host tier (chapter 06): its own options and its own block ------------------------
+
+def token_count(text: str) -> int:
+    """A token count written as an integer or in scientific notation (``6e6``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of tokens: {text!r}") from None
+    if value != int(value) or value < 1:
+        raise argparse.ArgumentTypeError(f"a token count must be a whole number >= 1, got {text!r}")
+    return int(value)
+
+
+def add_host_tier_options(p) -> None:
+    p.add_argument("--host-capacity", type=token_count, nargs="+", default=None, metavar="TOKENS",
+                   help="add a host-memory tier of these sizes under each --capacity (nano_engine.tier_replay)")
+    p.add_argument("--write-policy", nargs="+", default=["write_through"],
+                   choices=["write_through", "write_through_selective", "write_back"],
+                   help="when the host tier is written (with --host-capacity; the hashed cache has no write_back)")
+
+
+def run_host_tier_hitrate(args: argparse.Namespace, workloads: dict, capacities: list[int]) -> list[dict]:
+    """One row per workload x cache x capacity x host capacity x write policy: the device-only
+    figures (host capacity 0) and the tiered ones, ``hit_rate`` counting device and host hits."""
+    import json
+
+    from nano_engine.tier_replay import tier_hit_rate
+    from nano_engine.workloads import hit_rate
+
+    methods = ["radix", getattr(args, "block_size", None) or 16]
+    rows = []
+    print("\nwith a host tier (bytes at 112 KiB/token, Qwen3-0.6B bf16; a size model):")
+    for name, w in workloads.items():
+        for m in methods:
+            for c in capacities:
+                rows.append({"workload": name, "cache": "radix" if m == "radix" else "hashed", "capacity_tokens": c,
+                             "host_capacity_tokens": 0, "hit_rate": hit_rate(w, m, c), "device_hit_rate": None,
+                             "host_hit_rate": 0.0, "bytes_written": 0, "bytes_loaded": 0, "write_policy": None})
+                for h in args.host_capacity:
+                    for policy in args.write_policy:
+                        if m != "radix" and policy == "write_back":
+                            continue
+                        r = tier_hit_rate(w, m, c, h, policy).as_dict()
+                        rows.append({"workload": name, "cache": rows[-1]["cache"], **r})
+    for row in rows:
+        if getattr(args, "json", None):
+            print(json.dumps(row))
+            continue
+        policy = row["write_policy"] or "device only"
+        print(f"  {row['workload']:22s} {row['cache']:6s} C={row['capacity_tokens']:<8d} "
+              f"H={row['host_capacity_tokens']:<8d} {policy:24s} hit {row['hit_rate']:6.1%}  "
+              f"host {row['host_hit_rate']:6.1%}  written {row['bytes_written'] / 2**30:8.2f} GiB  "
+              f"loaded {row['bytes_loaded'] / 2**30:8.2f} GiB")
+    return rows
 
 
 def run_hitrate(args: argparse.Namespace) -> int:
@@ -139,6 +196,10 @@ def run_hitrate(args: argparse.Namespace) -> int:
             for m, rates in by_method.items():
                 label = f"{name}, {'radix' if m == 'radix' else f'block {m}'}"
                 print(f"  {label:36s}" + "".join(f"{r:8.1%}" for r in rates))
+    if args.host_capacity:
+        if not args.capacity:
+            raise ValueError("--host-capacity needs --capacity (the device size under which the host tier sits)")
+        run_host_tier_hitrate(args, workloads, sorted(args.capacity))
     if args.plot:
         plot_hit_rates(table, args.plot, curves=curves, capacities=sorted(args.capacity or []))
         print(f"figure saved to {args.plot}")

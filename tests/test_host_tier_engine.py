@@ -13,7 +13,7 @@ from nano_engine.engine import SamplingParams
 from nano_engine.host_tier import WRITE_POLICIES, CopyEngine
 from nano_engine.model import generate
 
-CACHES = ["radix"]
+CACHES = ["radix", "hashed", "vllm"]
 
 
 def rounds(prompts: list[list[int]]) -> list[list[int]]:
@@ -21,8 +21,11 @@ def rounds(prompts: list[list[int]]) -> list[list[int]]:
     return prompts + prompts
 
 
-@pytest.mark.parametrize("cache", CACHES)
-@pytest.mark.parametrize("policy", WRITE_POLICIES)
+def policies(cache: str) -> tuple[str, ...]:
+    return WRITE_POLICIES if cache == "radix" else ("write_through", "write_through_selective")
+
+
+@pytest.mark.parametrize(("cache", "policy"), [(c, p) for c in CACHES for p in policies(c)])
 def test_outputs_equal_reference_with_a_small_device_pool(make_engine, prompts, reference, eos, cache, policy):
     engine = make_engine(cache=cache, num_blocks=24, block_size=16, host_kv_tokens=4096, write_policy=policy,
                          eos_token_id=eos, max_num_batched_tokens=256, max_num_seqs=4)
@@ -72,12 +75,33 @@ def test_bad_host_tier_options_raise(tiny_model):
         LLMEngine(tiny_model, host_kv_tokens=64)
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+def check_step(engine) -> None:
+    """After every step: the cache's invariants (both tiers) and every running request's pages
+    intact. A hashed-cache load holds one reference of its own on its device blocks until acked."""
+    if engine.cache.name == "radix":
+        for tree in engine.cache.trees.values():
+            tree.check_invariants()
+        assert_running_prefixes_intact(engine)
+        return
+    engine.pool.check_invariants()
+    engine.cache.offload.check_invariants()
+    owners: dict[int, int] = {}
+    for seq in engine.scheduler.running:
+        for page in seq.block_table:
+            owners[page] = owners.get(page, 0) + 1
+    for page in engine.cache._loading:
+        owners[page] = owners.get(page, 0) + 1
+    for page, n in owners.items():
+        assert engine.pool.ref_cnt[page] == n, f"page {page}: ref_cnt {engine.pool.ref_cnt[page]}, {n} holders"
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                  HealthCheck.function_scoped_fixture])
-@given(cache=st.sampled_from(CACHES), policy=st.sampled_from(WRITE_POLICIES), num_blocks=st.integers(6, 14),
+@given(cache_policy=st.sampled_from([(c, p) for c in CACHES for p in policies(c)]), num_blocks=st.integers(6, 14),
        order=st.permutations(range(8)), fail_at=st.lists(st.integers(0, 40), max_size=3))
-def test_random_runs_with_failing_copies(make_engine, prompts, reference, eos, cache, policy, num_blocks, order,
+def test_random_runs_with_failing_copies(make_engine, prompts, reference, eos, cache_policy, num_blocks, order,
                                          fail_at):
+    cache, policy = cache_policy
     chosen = [i for i in order if len(prompts[i]) + MAX_TOKENS <= num_blocks * 8]
     engine = make_engine(cache=cache, num_blocks=num_blocks, block_size=8, host_kv_tokens=num_blocks * 16,
                          write_policy=policy, eos_token_id=eos, max_num_batched_tokens=64, max_num_seqs=3)
@@ -106,9 +130,7 @@ def test_random_runs_with_failing_copies(make_engine, prompts, reference, eos, c
                     outputs.setdefault(seq.request_id, seq.output_token_ids)
             except RuntimeError as e:
                 assert "injected" in str(e)
-            for tree in engine.cache.trees.values():
-                tree.check_invariants()
-            assert_running_prefixes_intact(engine)
+            check_step(engine)
     finally:
         CopyEngine._copy_layer = real              # type: ignore[method-assign]
     want = [reference[i] for i in chosen] * 2
