@@ -1,15 +1,18 @@
 # Two commands do all the set-up on a fresh machine:
 #   make lab        create .venv (first time), install, open JupyterLab on chapter 00
+#   make book       the chapters executed, as a static site in notebooks/_build/html
 #   make test       the same set-up, then lint (ruff, mypy) and the whole test suite
 # And for the edit-test loop:
 #   make test-fast  the unit tests in parallel (no notebooks, browser or full-size model)
 #   make lint       ruff and mypy alone
+#   make check-citations  download the pinned vLLM / SGLang releases and check every cited file and
+#                   symbol (notebooks/citations.toml); needs the network, so not part of make test
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: lab test test-fast lint setup system-deps clean
+.PHONY: lab book test test-fast lint setup system-deps clean check-citations
 
 setup: $(STAMP) system-deps
 
@@ -27,9 +30,26 @@ system-deps:
 	@bash .ci/system-deps.sh
 
 # The project's Jupyter settings (notebooks/.jupyter) let it run as root (containers) and keep it
-# off the network: no news pop-up, no update check, no extension index.
+# off the network: no news pop-up, no update check, no extension index. default_url makes the
+# addresses Jupyter prints (the ones to open from a container) chapter 00's own, not the Launcher's.
+FIRST_CHAPTER := 00_the_model.ipynb
 lab: setup
-	JUPYTER_CONFIG_PATH="$(CURDIR)/notebooks/.jupyter" $(VENV)/bin/jupyter lab notebooks/00_the_model.ipynb
+	@echo "Starting JupyterLab; open the http://127.0.0.1:.../lab/tree/$(FIRST_CHAPTER)?token=... address it prints (the Launcher is at /lab)."
+	JUPYTER_CONFIG_PATH="$(CURDIR)/notebooks/.jupyter" $(VENV)/bin/jupyter lab --LabApp.default_url=/lab/tree/$(FIRST_CHAPTER) notebooks/$(FIRST_CHAPTER)
+
+# The book: every chapter executed and rendered as a static site (Sphinx + MyST-NB, pinned in
+# notebooks/book-requirements.txt, installed on top of the set-up). Chapters whose code did not change
+# since the last build are not re-run (jupyter-cache in notebooks/_build/.jupyter_cache).
+BOOK_STAMP := $(VENV)/.book-installed
+BOOK_HTML  := notebooks/_build/html
+
+$(BOOK_STAMP): $(STAMP) notebooks/book-requirements.txt
+	$(PY) -m pip install -q -r notebooks/book-requirements.txt
+	touch $@
+
+book: setup $(BOOK_STAMP)
+	$(PY) -m sphinx -b html -q -c notebooks/book notebooks $(BOOK_HTML)
+	@echo "The book is in $(BOOK_HTML) ($$(du -sh $(BOOK_HTML) | cut -f1)): open $(BOOK_HTML)/index.html in a browser, or serve the folder with any static server."
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
@@ -41,5 +61,8 @@ test: setup lint
 test-fast: $(STAMP)
 	$(PY) -m pytest -n auto -m "not notebook and not browser and not slow" -q
 
+check-citations: $(STAMP)
+	$(PY) notebooks/check_citations.py
+
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache
+	rm -rf $(VENV) notebooks/_build .pytest_cache .hypothesis .mypy_cache .ruff_cache

@@ -47,6 +47,7 @@ two exceptions happen only when asked for: the engine's imports of ``fast/`` (a 
 
   beyond one engine (chapters 04 and 05)
     workloads.py       request streams with shared prefixes, and the hit rate a cache gets on them
+    traces.py          real traffic: Mooncake's production request traces, replayed through the caches
     router.py          which of several engine instances serves a request
     timing.py          the book chapter's reuse experiment timed: cache off vs on, TTFT and wall time
 

@@ -25,7 +25,7 @@ token) / bandwidth``, with the bandwidth of a device-to-device copy measured in 
 The prefix-heavy variant gives every request one long shared system prompt (random tokens) and a
 short private suffix, and runs it with each cache manager (none / hashed / radix).
 
-    python -m nano_engine bench                              # tiny model on CPU, a few minutes
+    python -m nano_engine bench                              # the random `tiny` preset on CPU, a few minutes
     python benchmarks/throughput.py --model full             # the same command: Qwen3-0.6B shapes, random weights
     python -m nano_engine bench --model full --device cuda --prefix-heavy   # nano-vllm's scale, bf16
 """

@@ -4,6 +4,8 @@ The scheduler never touches a block pool or a radix tree directly. It asks a *ca
 
 ==============================  ==================================================================
 ``match(seq)``                  the longest cached prefix this sequence may reuse (counted in stats)
+``can_admit(match, num_tokens)`` would ``lock`` then ``allocate`` fit? Asked before ``lock``, so a
+                                request that does not fit changes nothing (no LRU refresh)
 ``lock(seq, match)``            start using that prefix: it becomes the head of ``seq.block_table``
                                 and ``seq.num_computed_tokens``; nobody may evict it now
 ``allocate(seq, num_tokens)``   grow ``seq.block_table`` to hold ``num_tokens`` tokens, evicting
@@ -135,6 +137,15 @@ class CacheManager(ABC):
     def _protect(self, match: PrefixMatch) -> None:  # noqa: B027 (a hook: empty on purpose)
         """Keep ``match`` from being evicted while a sequence uses it (nothing to do without caching)."""
 
+    def can_admit(self, match: PrefixMatch, num_tokens: int) -> bool:
+        """Would ``lock(seq, match)`` followed by ``allocate(seq, num_tokens)`` succeed?
+
+        The scheduler asks before it locks anything, so that a request which does not fit leaves
+        the cache exactly as it found it. True here means "try": ``lock`` and ``allocate``, and
+        release if that fails (exact for a manager whose lock has no side effect on eviction order).
+        """
+        return True
+
     # -- memory --------------------------------------------------------------------------------
 
     def blocks_needed(self, num_tokens: int) -> int:
@@ -235,6 +246,8 @@ class HashedBlockCacheManager(CacheManager):
     * ``match``: ``pool.lookup(token_ids, max_tokens=num_tokens - 1, lora_id=..., cache_salt=...)``,
       which counts ``num_queries`` / ``num_hits`` exactly like ``lookup(prompt[:-1])``; ``peek`` is
       the same walk through ``pool.peek``, uncounted;
+    * ``can_admit``: the new blocks plus the hits still in the free queue must fit in it, checked
+      before ``lock`` as vLLM's ``allocate_slots`` does, so a failed admission touches nothing;
     * ``lock``: ``touch`` the hit blocks (a reference each; ref-0 ones leave the free queue);
     * ``allocate``: from the free queue's head, evicting whatever cached block is taken;
     * ``cache``: ``cache_blocks`` after every forward, so blocks filled during chunked prefill *and*
@@ -243,8 +256,8 @@ class HashedBlockCacheManager(CacheManager):
 
     With a vLLM-mode pool (``PrefixCachingBlockPool(..., vllm=True)``, ``LLMEngine(cache="vllm")``)
     the full blocks are registered when they are *allocated* for a step, for the tokens the step
-    will compute, as vLLM's ``KVCacheManager.allocate_slots`` does (it calls ``cache_blocks`` at
-    its end): a request admitted later in the same step already hits them. That is safe because
+    will compute, as vLLM 0.33.0's ``KVCacheManager.allocate_slots`` does
+    (``vllm/v1/core/kv_cache_manager.py``; it calls ``coordinator.cache_blocks`` at its end): a request admitted later in the same step already hits them. That is safe because
     every layer's attention writes the whole batch's new K/V before any sequence reads
     (``PagedAttention.attend``: ``store`` first). If the step then fails, ``rollback`` forgets the
     registrations the step did not compute.
@@ -266,6 +279,20 @@ class HashedBlockCacheManager(CacheManager):
 
     def _protect(self, match: PrefixMatch) -> None:
         self.pool.touch(match.blocks)
+
+    def can_admit(self, match: PrefixMatch, num_tokens: int) -> bool:
+        """vLLM 0.33's admission check (``KVCacheManager.allocate_slots``, with
+        ``SingleTypeKVCacheManager.get_num_blocks_to_allocate``): the new blocks *plus the hit
+        blocks sitting in the free queue* (touching takes them out of it) must not exceed the free
+        blocks, else None before anything is touched.
+
+        Without it, a request that hits cached blocks but cannot get the rest would touch the hits
+        and give them back: freed again, they land at the tail of the free queue, as if just used,
+        and the next allocation evicts some other prefix in their place.
+        """
+        new = self.blocks_needed(num_tokens) - len(match.blocks)
+        hits_in_queue = sum(1 for b in match.blocks if self.pool.ref_cnt[b] == 0)
+        return new + hits_in_queue <= self.pool.num_free
 
     def allocate(self, seq: Sequence, num_tokens: int) -> bool:
         if not super().allocate(seq, num_tokens):
@@ -341,17 +368,25 @@ class RadixCacheManager(CacheManager):
     * ``allocate``: when the pool runs short, evict unused leaves *first*; the scheduler preempts a
       request only if that is still not enough. Because it runs after ``lock``, it sees the free
       space as it is once the match is protected (a lock can turn evictable tokens into protected);
-    * ``cache`` (SGLang's ``cache_unfinished_req``): after a forward that computed prompt tokens,
-      insert the page-aligned computed prefix so that others can match it while this request is
-      still running, free this request's duplicate pages (``insert`` returns how much was there
-      already), switch its block table to the tree's copies, and move its lock to the new node.
-      Decode steps insert nothing; their tokens enter the tree when the request ends;
-    * ``free`` (``cache_finished_req``): insert the page-aligned computed tokens, free duplicates,
-      unlock, and free the unaligned tail page(s). A preempted request does the same, so when it is
-      readmitted it finds its own prefix again unless memory pressure evicted it meanwhile.
+    * ``cache`` (SGLang 0.5.23: ``RadixCache.checkpoint`` in ``python/sglang/srt/mem_cache/radix_cache.py``,
+      called at the checkpoints of a running request; ``cache_unfinished_req`` before the 2026
+      refactor): after a forward that computed prompt tokens, insert the page-aligned computed
+      prefix so that others can match it while this request is still running, free this request's
+      duplicate pages (``insert`` returns how much was there already), switch its block table to
+      the tree's copies, and move its lock to the new node. Decode steps insert nothing; their
+      tokens enter the tree when the request ends;
+    * ``free`` (SGLang 0.5.23: ``release_kv_cache`` in ``mem_cache/common.py``, which checkpoints
+      once more, frees the row past the tree's part and unlocks; ``cache_finished_req`` before the
+      refactor): insert the page-aligned computed tokens, free duplicates, unlock, and free the
+      unaligned tail page(s). A preempted request does the same, so when it is readmitted it
+      finds its own prefix again unless memory pressure evicted it meanwhile.
+    * no ``can_admit`` check: a request that does not fit is locked, tried and released (its
+      match was already refreshed by ``match_prefix``).
 
     Requests with extra keys (``lora_id``, ``cache_salt``) get a tree of their own (a *namespace*),
-    so they never share KV across adapters or tenants. Eviction then visits the trees least
+    so they never share KV across adapters or tenants. (SGLang 0.5.23 keeps one tree and namespaces
+    every child key by ``(extra_key, cache_salt)``, ``RadixKey.child_key``, the LoRA id folded into
+    ``extra_key``: a disjoint subtree per namespace, as here a tree per namespace.) Eviction then visits the trees least
     recently used first, and a tree left empty with no request in it is dropped: a server that
     sees thousands of salts keeps only the trees that still hold something.
     """

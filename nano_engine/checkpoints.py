@@ -285,13 +285,14 @@ def write_random_checkpoint(
 
 
 def tiny_checkpoint() -> Path:
-    """The tiny Qwen3 checkpoint (4 layers, hidden 128, real vocabulary, float32), written into the
+    """The random ``tiny`` preset: Qwen3 with 4 layers, hidden 128, the real vocabulary and seeded
+    random weights (float32), written into the
     cache on first use (about a second) and reused afterwards."""
     return _build_once(f"qwen3-tiny-v{CACHE_VERSION}", lambda folder: write_random_checkpoint(folder, TINY_CONFIG))
 
 
 def medium_checkpoint() -> Path:
-    """The medium Qwen3 checkpoint (tiny's hidden size 128 and vocabulary, 12 layers, intermediate
+    """The random ``medium`` preset (tiny's hidden size 128 and vocabulary, 12 layers, intermediate
     4096, float32; see :data:`MEDIUM_CONFIG` for why this shape), written into the cache on first
     use (a few seconds, 160 MB) and reused afterwards. The chapters' timing cells run on it."""
     name = f"qwen3-medium-{MEDIUM_CONFIG['num_hidden_layers']}x{MEDIUM_CONFIG['intermediate_size']}-v{CACHE_VERSION}"
@@ -344,8 +345,8 @@ def expand(packed_path: str | Path, folder: str | Path, with_tokenizer: bool = T
 
 
 def trained_checkpoint() -> Path:
-    """The trained model: Qwen3 with the tiny model's body, trained on Python's documentation and
-    questions about inference engines (:mod:`nano_engine.training`). Its compact weights live in
+    """The default model (preset ``trained``): Qwen3 with the ``tiny`` preset's body, trained on Python's
+    documentation and a fixed set of questions whose answers it memorised (:mod:`nano_engine.training`). Its compact weights live in
     ``nano_engine/data/``; the first call expands them into a normal checkpoint with the real
     vocabulary (a few seconds) and later calls reuse it. The cache entry is named after the packed
     file's hash, so a retrained file never meets a stale expansion. Raises FileNotFoundError while

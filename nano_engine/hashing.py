@@ -25,13 +25,14 @@ object* appears twice in a key, so two equal keys (``("a", s, s)`` and ``("a", s
 could serialize to different bytes and hash differently.
 
 **vLLM mode** (``PrefixCachingBlockPool(..., vllm=True)``) uses vLLM's own four functions, which
-return bytes (``vllm/utils/hashing.py``, ``get_hash_fn_by_name``; ``--prefix-caching-hash-algo``):
+return bytes (vLLM 0.33.0, ``vllm/utils/hashing.py``: ``get_hash_fn_by_name``;
+``--prefix-caching-hash-algo``):
 
 ==================  ================================================================================
 ``"sha256"``        ``pickle.dumps(key, protocol=HIGHEST_PROTOCOL)`` then SHA-256 (32 bytes). vLLM's
                     default since v0.10.2 (supported since v0.8.3, PR #15297)
 ``"sha256_cbor"``   canonical CBOR (RFC 8949) then SHA-256: bytes any language can reproduce, no
-                    Python pickle involved (PR #20511)
+                    Python pickle involved (PR #20511 as ``sha256_cbor_64bit``, renamed by #23673)
 ``"xxhash"``        pickle then XXH3-128 (16 bytes); not cryptographic, faster (PR #29163)
 ``"xxhash_cbor"``   canonical CBOR then XXH3-128
 ==================  ================================================================================
@@ -40,23 +41,33 @@ vLLM serializes with ``cbor2.dumps(key, canonical=True)``; ``cbor2`` is not a de
 :func:`cbor_dumps` encodes the few types a block key holds (ints, bytes, str, None, bools,
 tuples/lists) the same way, checked against RFC 8949's Appendix A examples in the tests.
 
-**NONE_HASH**, the parent of a sequence's first block in vLLM (``kv_cache_utils.py``,
-``init_none_hash`` and ``hash_block_tokens``: ``if not parent_block_hash: parent_block_hash =
-NONE_HASH``). Its history:
+**NONE_HASH**, the parent of a sequence's first block in vLLM (vLLM 0.33.0,
+``vllm/v1/core/kv_cache_utils.py``: ``hash_block_tokens``, ``if not parent_block_hash:
+parent_block_hash = NONE_HASH``; ``NONE_HASH = hash_fn(seed)`` in ``init_none_hash``, the seed from
+``resolve_none_hash_seed``): ``PYTHONHASHSEED`` if set; otherwise the fixed
+``DEFAULT_NONE_HASH_SEED = "vllm-none-hash"`` for ``sha256`` / ``sha256_cbor``, and
+``os.urandom(32).hex()`` for the non-cryptographic ``xxhash`` / ``xxhash_cbor``. :func:`none_hash`
+does exactly that (``"builtin"`` counts as non-cryptographic), so with the same seed and function
+the first block's hash, and every hash after it, equals vLLM's byte for byte.
 
-* vLLM used ``hash(None)`` there. Python 3.12 made ``hash(None)`` a constant, so the whole chain of
-  a known prompt became predictable and a crafted prompt could be made to collide with it (advisory
-  GHSA-rm76-4mrf-v9r8 / CVE-2025-25183; fixed by PR #12621, early 2025): ``NONE_HASH`` became 32 random
-  bytes per process (``os.urandom(32)``), or ``hash_fn(PYTHONHASHSEED)`` when that variable is set,
-  so several processes can agree (PR #17088 fixed the inverted condition).
-* Since SHA-256 became the default, the secret start no longer protects anything that SHA-256's
-  collision resistance does not already, and it stopped independent instances from sharing blocks.
-  PR #51875 (merged 2026-08-11) derives ``NONE_HASH`` from a fixed default seed instead
-  (``PYTHONHASHSEED`` still overrides it), but leaves the non-cryptographic ``xxhash`` choices on a
-  random start, so that crafting a collision stays impractical (russellb, review of PR #54727).
+Why a random start for some and a fixed one for others: vLLM used ``hash(None)`` there, and Python
+3.12 made ``hash(None)`` a constant, so the whole chain of a known prompt became predictable and a
+crafted prompt could be made to collide with it (advisory GHSA-rm76-4mrf-v9r8 / CVE-2025-25183).
+With SHA-256 a known start costs nothing (its collision resistance needs no secret) and lets
+independent instances share blocks; with a non-cryptographic hash a secret start is what keeps
+crafted collisions impractical.
 
-:func:`none_hash` does the same, once per process and algorithm. Our fixed default seed is our own
-string; vLLM's bytes for it are not reproduced here.
+History and sources (as of 2026-12-01):
+
+- PR #12621 (Jan/Feb 2025, vLLM 0.7.2) replaced ``hash(None)`` by ``hash('None')``, a start that
+  Python's string hashing randomises per process.
+- PR #15297 (SHA-256 support, v0.8.3) made ``NONE_HASH`` 32 random bytes (``os.urandom(32)``), or a
+  hash of ``PYTHONHASHSEED`` when set; PR #17088 (2025-04) fixed that condition, which was inverted.
+- PR #20511 (July 2025) introduced ``init_none_hash(hash_fn)`` (and ``sha256_cbor``, then called
+  ``sha256_cbor_64bit``, renamed by PR #23673).
+- PR #51875 (opened 2026-08-11, merged between 2026-08-18 and 2026-09-04) derives ``NONE_HASH``
+  from the fixed default seed for the cryptographic functions and keeps the random seed for the
+  ``xxhash`` ones (the maintainer's review of PR #54727, 2026-09-04).
 
 >>> sha = make_hash_function("sha256")
 >>> sha((None, (1, 2))) == make_hash_function("sha256")((None, (1, 2)))
@@ -81,7 +92,8 @@ HashFunction = Callable[[Any], Hashable]
 HashAlgo = Literal["builtin", "sha256", "xxhash", "sha256_cbor", "xxhash_cbor"]
 HASH_ALGOS: tuple[str, ...] = ("builtin", "sha256", "xxhash")
 VLLM_HASH_ALGOS: tuple[str, ...] = ("sha256", "sha256_cbor", "xxhash", "xxhash_cbor")
-DEFAULT_NONE_HASH_SEED = "nano_engine NONE_HASH"  # ours; plays the part of vLLM's fixed default seed
+DEFAULT_NONE_HASH_SEED = "vllm-none-hash"  # vLLM 0.33.0's (kv_cache_utils.py, DEFAULT_NONE_HASH_SEED)
+NON_CRYPTO_HASH_ALGOS: tuple[str, ...] = ("xxhash", "xxhash_cbor", "builtin")  # a random seed: see resolve_none_hash_seed
 
 
 def _make_serializer() -> Callable[[Hashable], bytes]:
@@ -198,18 +210,28 @@ def make_hash_function(algo: HashAlgo | HashFunction = "builtin", *, vllm: bool 
                      f"or a callable, got {algo!r}")
 
 
-@functools.cache
-def none_hash(algo: str, seed: str | None = None) -> Hashable:
-    """The parent hash of every sequence's first block in vLLM mode (vLLM's ``NONE_HASH``).
+def resolve_none_hash_seed(algo: str | HashFunction) -> str:
+    """vLLM 0.33's ``resolve_none_hash_seed`` (``kv_cache_utils.py``): the seed ``NONE_HASH`` is hashed from.
 
-    ``seed`` (default: ``PYTHONHASHSEED`` if set): ``hash_fn(seed)``, the same in every process.
-    Without one: for ``"sha256"`` / ``"sha256_cbor"`` a fixed default seed (vLLM since PR #51875);
-    for ``"xxhash"`` / ``"xxhash_cbor"`` and ``"builtin"`` 32 random bytes, drawn once per process
-    (cached), as vLLM did for every algorithm from PR #12621 until that change.
+    ``PYTHONHASHSEED`` wins if set. Otherwise a cryptographic function (``sha256``, ``sha256_cbor``,
+    a callable) gets the fixed ``DEFAULT_NONE_HASH_SEED``, shareable across processes, and a
+    non-cryptographic one (``NON_CRYPTO_HASH_ALGOS``) fresh random bytes as hex.
     """
-    seed = os.environ.get("PYTHONHASHSEED") if seed is None else seed
-    if seed is None:
-        if not algo.startswith("sha256"):
-            return os.urandom(32)
-        seed = DEFAULT_NONE_HASH_SEED
+    seed = os.environ.get("PYTHONHASHSEED")
+    if seed is not None:
+        return seed
+    if isinstance(algo, str) and algo in NON_CRYPTO_HASH_ALGOS:
+        return os.urandom(32).hex()
+    return DEFAULT_NONE_HASH_SEED
+
+
+@functools.cache
+def none_hash(algo: str | HashFunction, seed: str | None = None) -> Hashable:
+    """The parent hash of every sequence's first block in vLLM mode: vLLM's ``NONE_HASH``.
+
+    ``hash_fn(seed)`` as ``init_none_hash`` computes it, ``seed`` resolved by
+    :func:`resolve_none_hash_seed` when not given. Computed once per process and algorithm
+    (cached), as vLLM initialises its global once, so a random seed is drawn once.
+    """
+    seed = resolve_none_hash_seed(algo) if seed is None else seed
     return make_hash_function(algo, vllm=True)(seed)  # type: ignore[arg-type]

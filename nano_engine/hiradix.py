@@ -227,6 +227,8 @@ class HiRadixCache(RadixCache):
             new = self._new_node(list(tokens[matched:]), slots[matched:], parent)
             new.last_access = self._now
             parent.children[self._child_key(new.key, 0)] = new
+            self._num_nodes += 1
+            self._push_leaf(new)               # the plain tree's bookkeeping: every leaf is a candidate
             self.evictable_size += len(new.key)
             path.append(new)
         if self.on_event is not None:
@@ -361,14 +363,22 @@ class HiRadixCache(RadixCache):
                 self._emit("demote", node, medium="GPU")
             else:                            # device-only: gone from the tree
                 assert not node.children, f"node {node.id} has no host copy but has children"
-                del parent.children[self._child_key(node.key, 0)]
-                node.parent = None
+                self._detach(node, parent)
                 self.last_evicted.append(node)
                 self.last_evicted_parents.append(parent)
                 self._emit("evict", node, medium="GPU", parent=parent.id)
             if isinstance(parent, HiNode) and self._device_leaf(parent):
                 heapq.heappush(heap, (parent.last_access, parent.id, parent))
         return freed
+
+    def _detach(self, node: HiNode, parent: Node) -> None:
+        """Take a leaf out of the tree, keeping the plain tree's node count and leaf heap (a
+        parent left without children is a leaf now: an eviction candidate of ``RadixCache``)."""
+        del parent.children[self._child_key(node.key, 0)]
+        node.parent = None
+        self._num_nodes -= 1
+        if not parent.children and parent is not self.root:
+            self._push_leaf(parent)
 
     def _device_leaf(self, node: HiNode) -> bool:
         return (node is not self.root and node.on_device and node.lock_ref == 0
@@ -387,8 +397,7 @@ class HiRadixCache(RadixCache):
             self.host.free_slots(node.host_value)
             freed += node.host_value
             node.host_value = None
-            del parent.children[self._child_key(node.key, 0)]
-            node.parent = None
+            self._detach(node, parent)
             self._emit("evict_host", node, medium="CPU", parent=parent.id)
             if isinstance(parent, HiNode) and self._host_leaf(parent):
                 heapq.heappush(heap, (parent.last_access, parent.id, parent))

@@ -16,11 +16,19 @@ Replaying the events in order onto an empty set gives exactly the set of hashes 
 (``replay``). For a consumer in another process the hashes must be stable across processes: use
 ``hash_algo="sha256"`` (or ``"xxhash"``), not the built-in hash.
 
-In vLLM mode one hash can be cached by several blocks at once (duplicates), and, as vLLM does
-(``BlockPool.cache_full_blocks`` / ``_maybe_evict_cached_block``), every block stored emits its hash
-and every block evicted emits a ``BlockRemoved``, even while another block still holds the hash.
-A consumer must then count: pass a ``collections.Counter`` to ``replay``, and a hash is cached
-while its count is above zero. (A plain set would forget a hash that a duplicate still serves.)
+In vLLM mode one hash can be cached by several blocks at once (duplicates), and, as vLLM 0.33.0
+does (``vllm/v1/core/block_pool.py``: ``BlockPool.cache_full_blocks``, ``_maybe_evict_cached_block``
+-> ``_emit_block_removed_events``), every block stored emits its hash and every block evicted emits
+its own ``BlockRemoved``, even while another block still holds the hash. A consumer must then
+count: pass a ``collections.Counter`` to ``replay``, and a hash is cached while it is in the
+Counter (its count above zero). (A plain set would forget a hash that a duplicate still serves.)
+
+vLLM mode also publishes what vLLM publishes (``vllm/distributed/kv_events.py``: ``BlockStored``):
+each hash as the int of its digest's low 64 bits (``kv_cache_utils.maybe_convert_block_hash``, with
+``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES`` on, its default), and the extra keys untagged
+(``kv_cache_utils.to_event_extra_keys``), the LoRA name in ``lora_name``. A consumer that
+recomputes a hash from an event must therefore re-tag the keys first. The pool's ``event_hash``
+turns a hash into its published form.
 """
 
 from collections import Counter
@@ -32,13 +40,14 @@ from dataclasses import dataclass
 class BlockStored:
     """Full blocks of one sequence entered the cache, in sequence order."""
 
-    block_hashes: list[Hashable]  # ints, or bytes in vLLM mode (vLLM's hashes are bytes)
+    block_hashes: list[Hashable]  # as the pool's event_hash gives them (vLLM mode: ints, the digests' low 64 bits)
     parent_block_hash: Hashable | None  # hash of the block just before the first one (None: sequence start)
     token_ids: list[int]  # the stored blocks' tokens, concatenated (block_size per block)
     block_size: int
     lora_id: Hashable | None
-    extra_keys: list[tuple | None]  # per block: the extra keys mixed into its hash, or None
+    extra_keys: list[tuple | None]  # per block: the extra keys mixed into its hash (vLLM mode: untagged), or None
     medium: str = "GPU"  # where the blocks are: "GPU" (the device pool) or "CPU" (a host tier, offload.py)
+    lora_name: Hashable | None = None  # vLLM mode: the LoRA adapter's name (vLLM's BlockStored.lora_name)
 
 
 @dataclass(frozen=True)
@@ -64,8 +73,8 @@ def replay(events: Iterable[KVEvent], hashes: set | Counter | None = None, mediu
     stream, ``medium`` telling them apart; a router weighs a CPU hit lower than a GPU hit).
 
     ``hashes``: a set (updated in place; one block per hash, the default mode), or a ``Counter``
-    (updated in place; counts blocks per hash, needed for vLLM mode's duplicates). A new empty set
-    by default.
+    (updated in place; counts blocks per hash, needed for vLLM mode's duplicates; a hash whose
+    count drops to zero leaves it). A new empty set by default.
     """
     hashes = set() if hashes is None else hashes
     for event in events:
@@ -76,12 +85,13 @@ def replay(events: Iterable[KVEvent], hashes: set | Counter | None = None, mediu
         elif isinstance(event, BlockRemoved):
             if isinstance(hashes, Counter):
                 hashes.subtract(event.block_hashes)
+                for h in event.block_hashes:
+                    if h in hashes and hashes[h] <= 0:
+                        del hashes[h]
             else:
                 hashes.difference_update(event.block_hashes)
         elif isinstance(event, AllBlocksCleared):
             hashes.clear()
         else:
             raise TypeError(f"not a KV event: {event!r}")
-    if isinstance(hashes, Counter):
-        return {h for h, n in hashes.items() if n > 0}
-    return hashes
+    return set(hashes) if isinstance(hashes, Counter) else hashes

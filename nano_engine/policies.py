@@ -17,13 +17,16 @@ manager. DFS-weight builds its tree from those matched prefixes (a :class:`Radix
 matched tokens): the nodes where waiting requests' matches branch, the same grouping SGLang reads
 off its cache's tree, for the hashed-block cache too.
 
-What SGLang does (``python/sglang/srt/managers/schedule_policy.py``, read 2026): its default
-``--schedule-policy`` is ``fcfs`` (``ServerArgs.schedule_policy``; releases of 2024 defaulted to
-``lpm``). ``lpm`` and ``dfs-weight`` are two of its *cache-aware* policies (``CacheAwarePolicy``;
-``hrrn`` joined them in September 2026, PR #32911); ``SchedulePolicy.calc_priority`` matches prefixes
-and applies the in-batch rule (``_compute_prefix_matches``) only under those, never under
-``fcfs``. With the radix cache disabled, a cache-aware policy becomes ``fcfs``
-(``_validate_and_adjust_policy``).
+What SGLang 0.5.23 does (``python/sglang/srt/managers/schedule_policy.py``): its default
+``--schedule-policy`` is ``fcfs`` (declared in ``python/sglang/srt/arg_groups/fields/schedule.py::Schedule``;
+releases of 2024 defaulted to ``lpm``). Its *cache-aware* policies (``CacheAwarePolicy``) are
+``lpm``, ``dfs-weight``, ``hrrn`` and the experimental ``shortest-prefill-first``; its
+cache-agnostic ones (``CacheAgnosticPolicy``) are ``fcfs``, ``lof`` (longest output first),
+``random`` and ``routing-key``. ``SchedulePolicy.calc_priority`` matches prefixes and marks
+requests for the in-batch rule (``_compute_prefix_matches``) only under a cache-aware policy,
+never under ``fcfs``; the rule then acts under ``lpm``, ``hrrn`` and ``shortest-prefill-first``
+(``_sort_by_dfs_weight`` ignores it). With the radix cache disabled, a cache-aware policy becomes
+``fcfs`` (``_validate_and_adjust_policy``).
 
 Two safety rails, shared by both:
 
@@ -40,7 +43,7 @@ Two safety rails, shared by both:
   does not fit, so from then on no later arrival can be admitted before it: **no request is ever
   passed over more than ``max_passed_over`` times.** SGLang's ``lpm`` has no such bound; SGLang
   handles starvation with priority scheduling (``--enable-priority-scheduling``: requests carry a
-  priority, ``_sort_by_priority_and_fcfs``) and, since September 2026, the ``hrrn`` policy, whose
+  priority, ``_sort_by_priority_and_fcfs``) and the ``hrrn`` policy, whose
   ratio of tokens prefilled while a request waits to its uncached tokens grows until an old
   request outranks new cache hits (``_sort_by_hrrn``).
 
@@ -152,9 +155,12 @@ class LongestPrefixMatch(CacheAwarePolicy):
     when several waiting requests share a prefix that is *not cached yet*, they all match little,
     and starting them in the same round would compute that prefix once per request. So a request
     whose cached match is at most ``in_batch_threshold`` tokens, and whose prompt shares at least
-    that many tokens with an earlier request in the queue, goes to the end: it will find the
-    prefix cached once the earlier one has run. ``None`` turns this off. (SGLang's
-    ``_sort_by_longest_prefix`` likewise sorts deferred requests last; it matches the whole
+    that many tokens with an earlier request in the queue, goes to the end of the order. That only
+    reorders: the scheduler still admits down the order while the step's budget lasts, so a moved
+    request that fits is admitted in the same round and computes the prefix itself; one that does
+    not fit finds it cached in a later round. ``None`` turns this off. (SGLang's
+    ``_sort_by_longest_prefix`` likewise sorts these requests last, and its ``PrefillAdder`` admits
+    them in the same batch when the budget allows; it matches the whole
     ``origin_input_ids + output_ids``, this package the prompt without its last token.)
     """
 

@@ -43,7 +43,8 @@ Beyond the book chapter's version, as vLLM does it:
   entry; a hash hit counts only if all three match (the parent compared by content, so a child
   whose parent block was evicted and computed again still matches). Even a hash function that
   collides all the time can cost hits but can never serve another prefix's KV. vLLM has no such
-  check: it trusts SHA-256 (a check for the ``xxhash`` choices is proposed in PR #54727, open).
+  check: it trusts SHA-256 (a check for the ``xxhash`` choices is proposed in PR #54727, open as of
+  2026-12-01).
 - **Free order** (``uncached_first=True``): ref-0 blocks without a hash go to the *head* of the
   queue and are reused first (they hold nothing worth keeping), hashed ones to the tail, both in
   the reversed order. The cached blocks then survive longer. Off by default, where every freed
@@ -58,27 +59,41 @@ Beyond the book chapter's version, as vLLM does it:
 - **KV events** for subscribers (``subscribe``), **pinning** a prefix (``pin`` / ``unpin``),
   ``reset`` (drop the whole cache), ``last_evicted`` for pictures, ``check_invariants`` for tests.
 
-**vLLM mode** (``vllm=True``): vLLM v1 as it is (``vllm/v1/core/block_pool.py``,
-``kv_cache_utils.py``, ``kv_cache_manager.py``; read in 2026-11 on main):
+**vLLM mode** (``PrefixCachingBlockPool(..., vllm=True)``, which builds a
+:class:`VllmPrefixCachingBlockPool`): vLLM v1 as it is in vLLM 0.33.0 (``vllm/v1/core/block_pool.py``,
+``kv_cache_utils.py``, ``kv_cache_manager.py``, ``single_type_kv_cache_manager.py``):
 
 - *Duplicates are cached too.* Two requests that computed the same prefix at once each keep their
   own blocks (a block table is append-only, so neither can switch to the other's copy), and vLLM
   caches both under the one hash (``BlockHashToBlockMap``: hash -> ``{block_id: block}``). A lookup
   is served one (``get_one_block``: the first cached that is still there); evicting one leaves the
   others serving. ``hash_to_blocks`` lists them all.
-- *Free order as vLLM*: ``BlockPool.free_blocks`` (given ``reversed(req_blocks)``) prepends the
-  hash-less blocks with ``FreeKVCacheBlockQueue.prepend_n`` and appends the cached ones.
-- *NONE_HASH*: the first block's parent is vLLM's ``NONE_HASH`` (``nano_engine.hashing.none_hash``),
-  not None; the key is always ``(parent, tokens, extra_keys or None)``.
-- *vLLM's hash functions*: ``"sha256"`` (the default, as vLLM's), ``"sha256_cbor"``, ``"xxhash"``,
-  ``"xxhash_cbor"``, returning bytes; ``"builtin"`` stays available for teaching.
+- *Free order as vLLM*: ``BlockPool.free_blocks`` (given ``reversed(req_blocks)`` by
+  ``SingleTypeKVCacheManager.free``) prepends the hash-less blocks with
+  ``FreeKVCacheBlockQueue.prepend_n`` and appends the cached ones.
+- *The key*: ``(parent or NONE_HASH, tokens, extra keys or None)`` (``hash_block_tokens``), the
+  first block's parent being ``NONE_HASH`` derived as vLLM does (``nano_engine.hashing.none_hash``;
+  vLLM's ``resolve_none_hash_seed`` / ``init_none_hash``), with vLLM's four hash functions
+  (``"sha256"`` the default, ``"sha256_cbor"``, ``"xxhash"``, ``"xxhash_cbor"``; bytes). With the
+  same seed and function, the hashes are vLLM's, byte for byte.
+- *Tagged extra keys*, as ``generate_block_hash_extra_keys`` builds them, in this order:
+  ``("lora", name, path)`` (``_gen_lora_extra_hash_keys``; pass ``lora_id=(name, path)``, a bare
+  ``lora_id`` stands for the name with no path), ``("mm", identifier, offset)`` per multimodal input
+  overlapping the block, ``("cache_salt", salt)`` on the first block when the salt is non-empty.
+  (vLLM also mixes in ``("prompt_embeds", digest)`` for prompt embeddings; this package has none.)
+- *KV events as vLLM publishes them*: each hash as the int of its low 64 bits
+  (``maybe_convert_block_hash`` under ``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES``, on by default;
+  ``int_event_hashes=False`` publishes the digests), the extra keys untagged
+  (``to_event_extra_keys``: the LoRA name, ``(identifier, offset)`` pairs, the salt), the LoRA
+  name in ``lora_name``, and one ``BlockRemoved`` per evicted block (``_emit_block_removed_events``).
 - *Caching at allocation time* is the caller's: vLLM registers the blocks a step will fill when it
   allocates them (``cache_blocks`` with the tokens *scheduled*, not yet computed), so a request
-  admitted later in the same step hits them. ``LLMEngine(model, cache="vllm")`` does that.
+  admitted later in the same step hits them. ``LLMEngine(model, cache="vllm")`` does that, and
+  checks an admission against the free blocks before it touches any hit, as
+  ``KVCacheManager.allocate_slots`` does (``nano_engine.cache_manager``).
 
-One difference stays: this package tags extra keys (``("lora", id)``, ``("salt", s)``), where
-vLLM lists the LoRA name, ``(mm identifier, offset)`` pairs and the salt untagged
-(``generate_block_hash_extra_keys``).
+The chapter's pool (the default) tags its keys its own way, ``("lora", id)``, ``("salt", s)``,
+``("mm", identifier, offset)``, and publishes them tagged.
 """
 
 from collections import OrderedDict
@@ -102,8 +117,9 @@ class ExtraKeys:
     placeholder tokens sit at positions ``offset .. offset + length - 1`` and look alike for every
     image, so each block they overlap mixes in ``(identifier, offset - block_start)``.
 
-    Each key is tagged (``("lora", id)``, ``("salt", s)``, ``("mm", id, offset)``) so that a salt
-    can never be mistaken for an adapter name that happens to be spelled the same.
+    Each key is tagged (``("lora", id)``, ``("salt", s)``, ``("mm", id, offset)``: :meth:`for_block`)
+    so that a salt can never be mistaken for an adapter name that happens to be spelled the same.
+    vLLM mode tags them as vLLM 0.33.0 does instead (:func:`vllm_block_extra_keys`).
     """
 
     lora_id: Hashable | None = None
@@ -141,6 +157,46 @@ def extra_keys(
             raise ValueError(f"mm input {identifier!r}: need offset >= 0 and length >= 1, got {offset!r}, {length!r}")
         checked.append((identifier, offset, length))
     return ExtraKeys(lora_id, cache_salt, tuple(checked))
+
+
+def lora_name_and_path(lora_id: Hashable) -> tuple[Hashable, Hashable | None]:
+    """vLLM mode: ``lora_id`` as vLLM's ``LoRARequest`` identity, ``(lora_name, lora_path)``.
+
+    A bare id stands for the name, with no path (vLLM always has a path; this package's requests
+    need not).
+    """
+    if isinstance(lora_id, tuple) and len(lora_id) == 2:
+        return lora_id[0], lora_id[1]
+    return lora_id, None
+
+
+def vllm_block_extra_keys(extra: ExtraKeys, start: int, end: int) -> tuple | None:
+    """vLLM 0.33's ``generate_block_hash_extra_keys`` for the block covering ``start .. end - 1``.
+
+    Tagged and in vLLM's order: ``("lora", name, path)``, then ``("mm", identifier, offset -
+    start)`` per overlapping input, then ``("cache_salt", salt)`` on the first block (a non-empty
+    salt only, as vLLM tests ``request.cache_salt``).
+    """
+    keys: list[tuple] = []
+    if extra.lora_id is not None:
+        keys.append(("lora", *lora_name_and_path(extra.lora_id)))
+    for identifier, offset, length in extra.mm_inputs:
+        if offset < end and start < offset + length:
+            keys.append(("mm", identifier, offset - start))
+    if start == 0 and extra.cache_salt:
+        keys.append(("cache_salt", extra.cache_salt))
+    return tuple(keys) if keys else None
+
+
+def untagged_extra_keys(keys: tuple | None) -> tuple | None:
+    """vLLM 0.33's ``to_event_extra_keys`` for one block: the keys as KV events publish them.
+
+    ``("mm", identifier, offset)`` becomes ``(identifier, offset)``; any other key its bare value
+    (the LoRA name, the salt).
+    """
+    if keys is None:
+        return None
+    return tuple(key[1:] if key[0] == "mm" else key[1] for key in keys)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -212,11 +268,17 @@ class PrefixCachingBlockPool(BlockPool):
     - ``num_queries`` / ``num_hits``: tokens looked up / tokens hit, over all ``lookup`` calls;
     - ``last_evicted``: ``(block, hash)`` pairs evicted by the most recent ``allocate`` call.
 
-    ``vllm=True`` switches on vLLM v1's behaviour (the module docstring; :meth:`cache_blocks`,
-    :meth:`free` and ``nano_engine.hashing``): duplicate blocks cached too, vLLM's free order,
-    ``NONE_HASH`` as the first block's parent and vLLM's hash functions (``hash_algo`` default
-    ``"sha256"``, vLLM's default since v0.10.2).
+    ``PrefixCachingBlockPool(..., vllm=True)`` builds a :class:`VllmPrefixCachingBlockPool`
+    instead (vLLM v1's behaviour, the module docstring).
     """
+
+    vllm = False              # is this vLLM mode (VllmPrefixCachingBlockPool)?
+    keeps_duplicates = False  # may several blocks cache one hash? (the chapter keeps one)
+
+    def __new__(cls, *args: object, vllm: bool = False, **kwargs: object) -> "PrefixCachingBlockPool":
+        if vllm and not issubclass(cls, VllmPrefixCachingBlockPool):
+            cls = VllmPrefixCachingBlockPool
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -231,14 +293,9 @@ class PrefixCachingBlockPool(BlockPool):
         if not isinstance(block_size, int) or block_size < 1:
             raise ValueError(f"block_size must be an integer >= 1, got {block_size!r}")
         self.block_size = block_size
-        self.vllm = bool(vllm)
-        self.hash_algo = hash_algo if hash_algo is not None else ("sha256" if vllm else "builtin")
-        self.uncached_first = uncached_first or self.vllm
+        self.hash_algo = "builtin" if hash_algo is None else hash_algo
+        self.uncached_first = uncached_first
         self._hash = make_hash_function(self.hash_algo, vllm=self.vllm)
-        # vLLM chains the first block from NONE_HASH (kv_cache_utils.hash_block_tokens); the chapter from None.
-        self.none_hash: Hashable | None = None
-        if self.vllm:
-            self.none_hash = none_hash(self.hash_algo) if isinstance(self.hash_algo, str) else None
         self.free_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))  # type: ignore[assignment]  # O(1) removal from the middle (touch)
         self.hash_to_blocks: dict[Hashable, dict[int, None]] = {}
         self.block_hash: list[Hashable | None] = [None] * num_blocks
@@ -274,7 +331,7 @@ class PrefixCachingBlockPool(BlockPool):
             self.ref_cnt[b] = 1
             blocks.append(b)
         if self.last_evicted:
-            self._emit(BlockRemoved([h for _, h in self.last_evicted]))
+            self._emit_removed([h for _, h in self.last_evicted])
         return blocks
 
     def free(self, blocks: Sequence[int]) -> None:
@@ -323,7 +380,7 @@ class PrefixCachingBlockPool(BlockPool):
         extra = extra_keys(lora_id, cache_salt, mm_inputs)
         return [h for _, h, _, _ in self._chain(token_ids, len(token_ids), extra)]
 
-    def lookup(
+    def peek(
         self,
         token_ids: Sequence[int],
         *,
@@ -336,16 +393,13 @@ class PrefixCachingBlockPool(BlockPool):
 
         Only the first ``max_tokens`` tokens take part when given (an engine passes
         ``len(prompt) - 1``: the last prompt token must be computed for its logits). Counts
-        those tokens in ``num_queries`` and the hit tokens in ``num_hits``. Does not take a
-        reference: ``touch`` the blocks before anything else can allocate.
+        nothing (a scheduler ranking waiting requests by their hits peeks); ``lookup`` is the same
+        walk, counted. Takes no reference: ``touch`` the blocks before anything else can allocate.
         """
         end = len(token_ids) if max_tokens is None else self._check_max_tokens(max_tokens, len(token_ids))
-        hit = self._match(token_ids, end, extra_keys(lora_id, cache_salt, mm_inputs))
-        self.num_queries += end
-        self.num_hits += len(hit) * self.block_size
-        return hit
+        return self._match(token_ids, end, extra_keys(lora_id, cache_salt, mm_inputs))
 
-    def peek(
+    def lookup(
         self,
         token_ids: Sequence[int],
         *,
@@ -354,9 +408,11 @@ class PrefixCachingBlockPool(BlockPool):
         cache_salt: Hashable | None = None,
         mm_inputs: Sequence[MMInput] | None = None,
     ) -> list[int]:
-        """``lookup`` without counting it: for a scheduler ranking waiting requests by their hits."""
-        end = len(token_ids) if max_tokens is None else self._check_max_tokens(max_tokens, len(token_ids))
-        return self._match(token_ids, end, extra_keys(lora_id, cache_salt, mm_inputs))
+        """``peek``, and count the tokens looked up in ``num_queries``, the hit tokens in ``num_hits``."""
+        hit = self.peek(token_ids, max_tokens=max_tokens, lora_id=lora_id, cache_salt=cache_salt, mm_inputs=mm_inputs)
+        self.num_queries += len(token_ids) if max_tokens is None else min(max_tokens, len(token_ids))
+        self.num_hits += len(hit) * self.block_size
+        return hit
 
     def cache_blocks(
         self,
@@ -379,13 +435,9 @@ class PrefixCachingBlockPool(BlockPool):
         ``BlockPool.cache_full_blocks``), so a request scheduled later in the same step already
         hits them; the forward writes their K/V before anyone reads them.
 
-        A block whose prefix another block already caches (two requests computed it at once):
-
-        - default mode (the chapter): it stays uncached, and the chain continues through the
-          cached copy;
-        - ``vllm=True``: it is cached too, under the same hash (vLLM's ``BlockHashToBlockMap``
-          keeps ``{block_id: block}`` per hash, and never de-duplicates because a block table is
-          append-only). A lookup is served the first of them; evicting one leaves the others.
+        A block whose prefix another block already caches (two requests computed it at once)
+        stays uncached, and the chain continues through the cached copy; in vLLM mode
+        (``keeps_duplicates``) it is cached too, under the same hash.
 
         A block whose hash is cached for *other* content (a true collision, caught by the guard)
         is not cached, and neither is any block after it (no lookup could reach them).
@@ -428,7 +480,7 @@ class PrefixCachingBlockPool(BlockPool):
                     # A true hash collision: the hash belongs to other content. This block cannot
                     # be cached under it, and no lookup could reach the blocks after it.
                     break
-                if not self.vllm:  # the chapter keeps one block per hash: go on through the copy
+                if not self.keeps_duplicates:  # one block per hash: go on through the copy
                     self._emit_stored(run, run_parent, extra)
                     run = []
                     parent, prev_hash = self.cache_entry[copy], h
@@ -506,7 +558,7 @@ class PrefixCachingBlockPool(BlockPool):
                 removed.append(h)
                 self._uncache(b)
         if removed:
-            self._emit(BlockRemoved(removed))
+            self._emit_removed(removed)
 
     def reset(self) -> bool:
         """Drop every cached hash (``AllBlocksCleared``) if no block is in use; return whether it did.
@@ -538,6 +590,10 @@ class PrefixCachingBlockPool(BlockPool):
         self._subscribers.append(callback)
         return lambda: self._subscribers.remove(callback)
 
+    def event_hash(self, h: Hashable) -> Hashable:
+        """A block hash as the KV events publish it (as it is here; vLLM mode shortens it)."""
+        return h
+
     def _emit(self, event: KVEvent) -> None:
         for callback in list(self._subscribers):
             callback(event)
@@ -553,6 +609,9 @@ class PrefixCachingBlockPool(BlockPool):
                 extra_keys=[keys for _, _, keys in run],
             ))
 
+    def _emit_removed(self, hashes: list[Hashable]) -> None:
+        self._emit(BlockRemoved(hashes))
+
     # -- checks -------------------------------------------------------------------------------
 
     def check_invariants(self) -> None:
@@ -567,7 +626,7 @@ class PrefixCachingBlockPool(BlockPool):
         require(sorted(self.free_queue) == free, f"free_queue {list(self.free_queue)} != ref-0 blocks {free}")
         num_cached = 0
         for h, group in self.hash_to_blocks.items():
-            require(len(group) >= 1 and (self.vllm or len(group) == 1), f"hash {h!r} is cached by blocks {list(group)}")
+            require(len(group) >= 1 and (self.keeps_duplicates or len(group) == 1), f"hash {h!r} is cached by blocks {list(group)}")
             for b in group:
                 require(self.block_hash[b] == h, f"hash_to_blocks[{h!r}] has {b} but block_hash[{b}] = {self.block_hash[b]!r}")
                 first = self.cache_entry[next(iter(group))]
@@ -603,19 +662,14 @@ class PrefixCachingBlockPool(BlockPool):
 
         Lazy, so a lookup stops hashing at its first miss. ``parent`` is the hash of block
         ``first_block - 1`` when resuming mid-sequence. The key is the chapter's ``(parent,
-        tokens)`` (``(parent, tokens, keys)`` with extra keys); in vLLM mode it is always
-        ``(parent or NONE_HASH, tokens, keys or None)``, as ``kv_cache_utils.hash_block_tokens``.
+        tokens)``, or ``(parent, tokens, keys)`` with extra keys.
         """
-        size, has_extra, vllm = self.block_size, bool(extra), self.vllm
+        size, has_extra = self.block_size, bool(extra)
         for i in range(first_block, end // size):
             start = i * size
             tokens = tuple(token_ids[start:start + size])
             keys = extra.for_block(i, start, start + size) if has_extra else None
-            if vllm:
-                key: tuple = (self.none_hash if parent is None else parent, tokens, keys)
-            else:
-                key = (parent, tokens) if keys is None else (parent, tokens, keys)
-            parent = self._hash(key)
+            parent = self._hash((parent, tokens) if keys is None else (parent, tokens, keys))
             yield i, parent, tokens, keys
 
     def _match(self, token_ids: Sequence[int], end: int, extra: ExtraKeys) -> list[int]:
@@ -656,3 +710,83 @@ class PrefixCachingBlockPool(BlockPool):
         if not isinstance(max_tokens, int) or max_tokens < 0:
             raise ValueError(f"max_tokens must be an integer >= 0, got {max_tokens!r}")
         return min(max_tokens, n)
+
+
+class VllmPrefixCachingBlockPool(PrefixCachingBlockPool):
+    """vLLM mode: the pool as vLLM 0.33.0's ``BlockPool`` keeps it (the module docstring).
+
+    What changes against the chapter's pool, each in one place below:
+
+    - duplicates are cached too (``keeps_duplicates``: ``BlockHashToBlockMap`` in
+      ``vllm/v1/core/block_pool.py``);
+    - vLLM's free order (``uncached_first``: ``BlockPool.free_blocks``);
+    - the key of a block, ``(parent or NONE_HASH, tokens, extra keys or None)``, with vLLM's
+      tagged extra keys and hash functions (:meth:`_chain`: ``kv_cache_utils.hash_block_tokens``,
+      ``generate_block_hash_extra_keys``; ``hash_algo`` default ``"sha256"``, vLLM's default);
+    - KV events as vLLM publishes them (:meth:`event_hash`, :meth:`_emit_stored`,
+      :meth:`_emit_removed`: ``maybe_convert_block_hash``, ``to_event_extra_keys``, one
+      ``BlockRemoved`` per evicted block).
+
+    ``int_event_hashes`` is vLLM's ``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES`` (on by default there):
+    events carry the low 64 bits of each hash as an int; False publishes the digests.
+    """
+
+    vllm = True
+    keeps_duplicates = True
+
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        *,
+        hash_algo: HashAlgo | HashFunction | None = None,
+        int_event_hashes: bool = True,
+        vllm: bool = True,
+    ) -> None:
+        if not vllm:
+            raise ValueError("VllmPrefixCachingBlockPool is vLLM mode; use PrefixCachingBlockPool for the chapter's pool")
+        super().__init__(num_blocks, block_size, hash_algo="sha256" if hash_algo is None else hash_algo,
+                         uncached_first=True)
+        self.none_hash = none_hash(self.hash_algo)
+        self.int_event_hashes = int_event_hashes
+
+    def _chain(
+        self,
+        token_ids: Sequence[int],
+        end: int,
+        extra: ExtraKeys,
+        first_block: int = 0,
+        parent: Hashable | None = None,
+    ) -> Iterator[tuple[int, Hashable, tuple[int, ...], tuple | None]]:
+        """``kv_cache_utils.hash_block_tokens``: ``hash((parent or NONE_HASH, tokens, keys or None))``."""
+        size, has_extra = self.block_size, bool(extra)
+        for i in range(first_block, end // size):
+            start = i * size
+            tokens = tuple(token_ids[start:start + size])
+            keys = vllm_block_extra_keys(extra, start, start + size) if has_extra else None
+            parent = self._hash((self.none_hash if parent is None else parent, tokens, keys))
+            yield i, parent, tokens, keys
+
+    def event_hash(self, h: Hashable) -> Hashable:
+        """``kv_cache_utils.maybe_convert_block_hash``: the low 64 bits of a digest, as an int."""
+        if self.int_event_hashes and isinstance(h, bytes):
+            return int.from_bytes(h, "big") & 0xFFFF_FFFF_FFFF_FFFF
+        return h
+
+    def _emit_stored(self, run: list, parent_hash: Hashable | None, extra: ExtraKeys) -> None:
+        """``BlockPool.cache_full_blocks``' event: hashes converted, extra keys untagged."""
+        if run and self._subscribers:
+            self._emit(BlockStored(
+                block_hashes=[self.event_hash(h) for h, _, _ in run],
+                parent_block_hash=None if parent_hash is None else self.event_hash(parent_hash),
+                token_ids=[t for _, tokens, _ in run for t in tokens],
+                block_size=self.block_size,
+                lora_id=extra.lora_id,
+                extra_keys=[untagged_extra_keys(keys) for _, _, keys in run],
+                lora_name=None if extra.lora_id is None else lora_name_and_path(extra.lora_id)[0],
+            ))
+
+    def _emit_removed(self, hashes: list[Hashable]) -> None:
+        """``BlockPool._emit_block_removed_events``: one ``BlockRemoved`` per evicted block."""
+        for h in hashes:
+            self._emit(BlockRemoved([self.event_hash(h)]))

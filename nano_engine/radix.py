@@ -57,6 +57,10 @@ Beyond the chapter:
   the edge with list equality (C code, still one Python int at a time) and converted for NumPy
   only where it disagrees (about 3x). An engine that keeps its prompts as int64 arrays gets the
   larger gain.
+* Eviction candidates are kept between calls: a heap of ``(last_access, id, leaf)`` entries, one
+  pushed whenever a leaf appears or is accessed, stale ones skipped when popped. ``evict`` then
+  costs O(log n) per node it removes, not a walk over the whole tree (SGLang collects the leaves
+  on every call); the order is the same, least recently used leaf first.
 * Instrumentation for diagrams and step-by-step views: ``last_match_path``, ``last_split``,
   ``last_evicted``, node ``id``s, and an ``on_event`` callback receiving ``(kind, data)`` tuples
   (see ``RadixCache.__init__``). Nothing is built when nobody listens.
@@ -209,6 +213,12 @@ class RadixCache:
         self.last_split: Node | None = None
         self.last_evicted: list[Node] = []
         self.last_evicted_parents: list[Node] = []
+        # Eviction candidates, kept between calls: (last_access, id, node) for every leaf, pushed
+        # again whenever its access time changes. Stale entries (the leaf was accessed since, got
+        # a child, or left the tree) are skipped when popped, so ``evict`` costs O(log n) per node
+        # it removes instead of a walk over the whole tree.
+        self._leaf_heap: list[tuple[int, int, Node]] = []
+        self._num_nodes = 1
 
     # ----------------------------------------------------------------- lookup and insertion
 
@@ -270,6 +280,8 @@ class RadixCache:
                 new._array = tokens[matched:].astype(np.int64)
             new.last_access = self._now
             parent.children[self._child_key(new.key, 0)] = new
+            self._num_nodes += 1
+            self._push_leaf(new)
             self.evictable_size += len(new.key)
             path.append(new)
         if self.on_event is not None:
@@ -304,6 +316,8 @@ class RadixCache:
             node, matched = child, matched + n
             if stopped_inside:
                 break
+        if not node.children and node is not self.root:   # a leaf's access time changed
+            self._push_leaf(node)
         self.last_match_path = path
         return path, matched
 
@@ -336,6 +350,7 @@ class RadixCache:
         child.key, child.value, child.parent = child.key[n:], child.value[n:], front
         front.parent_in_tree().children[self._child_key(front.key, 0)] = front
         front.children[self._child_key(child.key, 0)] = child
+        self._num_nodes += 1
         self.last_split = front
         if self.on_event is not None:
             self.on_event(("split", {"node": front.id, "child": child.id, "key_before": key_before,
@@ -417,17 +432,23 @@ class RadixCache:
         """
         if num_tokens < 0:
             raise ValueError(f"evict: num_tokens must be >= 0, got {num_tokens}")
-        leaves = [(n.last_access, n.id, n) for n in self.nodes()
-                  if not n.children and n.lock_ref == 0]
-        heapq.heapify(leaves)
+        heap = self._leaf_heap
         freed: list[int] = []
+        locked: list[tuple[int, int, Node]] = []   # current entries of locked leaves, put back after
         self.last_evicted = []
         self.last_evicted_parents = []
-        while leaves and len(freed) < num_tokens:
-            _, _, node = heapq.heappop(leaves)
-            parent = node.parent_in_tree()
+        while heap and len(freed) < num_tokens:
+            entry = heapq.heappop(heap)
+            last_access, _, node = entry
+            if node.parent is None or node.children or node.last_access != last_access:
+                continue  # stale: evicted, no longer a leaf, or accessed since (a newer entry exists)
+            if node.lock_ref > 0:
+                locked.append(entry)
+                continue
+            parent = node.parent
             del parent.children[self._child_key(node.key, 0)]
             node.parent = None
+            self._num_nodes -= 1
             freed += node.value
             self.evictable_size -= len(node.key)
             self.last_evicted.append(node)
@@ -435,9 +456,18 @@ class RadixCache:
             if self.on_event is not None:
                 self.on_event(("evict", {"node": node.id, "parent": parent.id,
                                          "key": list(node.key), "slots": list(node.value)}))
-            if not parent.children and parent.lock_ref == 0:  # never the root: it holds a ref
-                heapq.heappush(leaves, (parent.last_access, parent.id, parent))
+            if not parent.children and parent is not self.root:   # it is a leaf now
+                self._push_leaf(parent)
+        for entry in locked:
+            heapq.heappush(heap, entry)
         return freed
+
+    def _push_leaf(self, node: Node) -> None:
+        heap = self._leaf_heap
+        heapq.heappush(heap, (node.last_access, node.id, node))
+        if len(heap) > 4 * self._num_nodes + 64:   # mostly stale: rebuild from the current leaves
+            heap[:] = [(n.last_access, n.id, n) for n in self.nodes() if not n.children and n is not self.root]
+            heapq.heapify(heap)
 
     # ------------------------------------------------------------------------ inspection
 
@@ -508,6 +538,12 @@ class RadixCache:
         require(protected == self.protected_size,
                 f"protected_size is {self.protected_size}, locked nodes hold {protected}")
         require(self.total_size() == evictable + protected, "total_size() is not the node sum")
+        require(len(ids) == self._num_nodes, f"{len(ids)} nodes in the tree, {self._num_nodes} counted")
+        current = {id(node) for last_access, _, node in self._leaf_heap
+                   if node.parent is not None and node.last_access == last_access}
+        for node in self.nodes():
+            if node is not root and not node.children:
+                require(id(node) in current, f"leaf {node.id} is not among the eviction candidates")
 
     def _value_ok(self, node: Node) -> bool:
         """One slot per token (``hiradix.HiRadixCache`` also allows none: a node only on the host)."""

@@ -26,8 +26,9 @@ holds a popular prefix, so the router must also balance load.
   In every case the prompt is recorded in the chosen instance's tree.
 
 **What SGLang's router does differently** (``CacheAwarePolicy::select_worker`` in
-``sgl-model-gateway/src/policies/cache_aware.rs`` of sgl-project/sglang, and
-``model_gateway/src/policies/cache_aware.rs`` of smg-project/smg, read 2026):
+``sgl-model-gateway/src/policies/cache_aware.rs`` of sgl-project/sglang at commit ``b93974f``, and
+``model_gateway/src/policies/cache_aware.rs`` of smg-project/smg at commit ``56ad201``; the tree is
+``Tree::prefix_match`` in ``src/policies/tree.rs``):
 
 * Its tree is over request **text** (characters), not token ids: it routes before any
   tokenizer runs, and the match ratio is matched characters over prompt characters. (smg adds a
@@ -35,18 +36,21 @@ holds a popular prefix, so the router must also balance load.
 * Step 3: the rule above, "smallest tree", is the original design (still described in the
   file's header comment); the code now sends a low-match request to the **least-loaded** worker.
   This package keeps the smallest-tree rule.
-* Trees are trimmed by a background thread every ``eviction_interval_secs`` to
+* Trees are trimmed by a background thread every ``eviction_interval`` seconds to
   ``max_tree_size``; this package trims on every insert (a simulation has no clock), to
   ``tree_capacity`` tokens per instance.
 * Load is the gateway's own in-flight count (``Worker::load``), as here; smg can also use the
-  loads the engines report, and turns the balance rule into a per-request "spill" gate against
-  the fleet's mean load.
+  loads the engines report. (smg's header at ``56ad201`` still describes the max - min / relative
+  rule above; its PR #2341, 2026-08-27, mentions an "overload spill gate", which we have not
+  checked in code.)
 
-Defaults (below) are the gateway's command-line defaults, the same in ``main.rs``'s ``CliArgs``
-(sgl-model-gateway and smg) and in the Python ``RouterArgs`` (``sglang_router/router_args.py``):
-``cache_threshold`` 0.3, ``balance_abs_threshold`` 64, ``balance_rel_threshold`` 1.5,
-``max_tree_size`` 2**26, eviction every 120 s (some versions of ``RouterArgs`` say 60 s). The
-Rust ``CacheAwareConfig::default()`` used by library callers differs (0.5, 32, 1.1, 30 s, 10,000).
+Defaults (below) are the gateway's command-line defaults, the same in ``src/main.rs``'s ``CliArgs``
+(sgl-model-gateway at commit ``f47e04e``) and in the Python ``RouterArgs``
+(``sglang_router/router_args.py``, sglang-router 0.3.2): ``cache_threshold`` 0.3,
+``balance_abs_threshold`` 64, ``balance_rel_threshold`` 1.5, ``max_tree_size`` 2**26; eviction
+every 120 s in ``CliArgs``, 60 s in that ``RouterArgs`` (``eviction_interval_secs``). The Rust
+``CacheAwareConfig::default()`` (``src/policies/mod.rs``) used by library callers differs (0.5,
+32, 1.1, 30 s, 10,000).
 
 **Load** is the number of requests in flight at an instance: routed there and not yet finished,
 counted by the router itself (``route`` adds one, ``complete`` takes it away), as SGLang's router
@@ -54,10 +58,12 @@ does. It needs no query to the instance.
 
 **KV events instead of guessing.** vLLM engines publish which block hashes enter and leave their
 cache (:mod:`nano_engine.kv_events`). With ``kv_event_pools`` the router subscribes to each
-instance's :class:`~nano_engine.prefix_cache.PrefixCachingBlockPool`, keeps the set of hashes
-each one holds, and measures a match as the longest run of the prompt's chained block hashes
-present in that set; the size of an instance is its number of cached blocks. Nothing is guessed,
-but an instance reports a prefix only once it has computed it.
+instance's :class:`~nano_engine.prefix_cache.PrefixCachingBlockPool`, counts the blocks holding
+each hash there (a ``Counter``: in vLLM mode two blocks can cache one hash, and evicting one leaves
+the other serving), and measures a match as the longest run of the prompt's chained block hashes,
+in their published form (``pool.event_hash``), that the instance holds; the size of an instance is
+its number of cached blocks, duplicates included. Nothing is guessed, but an instance reports a
+prefix only once it has registered it.
 
 Instances for :func:`run_trace` (anything with ``submit``, ``tick`` and ``busy``):
 
@@ -130,7 +136,7 @@ class Router:
         self._next = 0  # round robin's turn
         self.trees = [RadixCache() for _ in range(num_instances)]
         self.kv_event_pools: list[PrefixCachingBlockPool] | None = None
-        self.cached_hashes: list[set[int]] = []     # per instance, from its KV events
+        self.cached_hashes: list[Counter] = []      # per instance, blocks per hash, from its KV events
         self._unsubscribe: list[Callable[[], None]] = []
         if kv_event_pools is not None:
             self._subscribe(list(kv_event_pools))
@@ -144,7 +150,7 @@ class Router:
             raise ValueError("kv_event_pools: every pool must use the same block size and the same named "
                              "hash_algo, so that one prompt has one chain of hashes")
         self.kv_event_pools = pools
-        self.cached_hashes = [set() for _ in pools]
+        self.cached_hashes = [Counter() for _ in pools]
         self._unsubscribe = [pool.subscribe(self._event_handler(i)) for i, pool in enumerate(pools)]
 
     def _event_handler(self, instance: int) -> Callable[[KVEvent], None]:
@@ -220,7 +226,8 @@ class Router:
         if self.kv_event_pools is None:
             return [tree.match_length(prompt) for tree in self.trees]
         pool = self.kv_event_pools[0]
-        hashes = pool.block_hashes(list(prompt)[:-1])   # an engine never reuses the last token
+        # An engine never reuses the last token; events carry hashes as pool.event_hash gives them.
+        hashes = [pool.event_hash(h) for h in pool.block_hashes(list(prompt)[:-1])]
         lengths = []
         for cached in self.cached_hashes:
             n = 0
@@ -233,7 +240,7 @@ class Router:
         """Per instance, the tokens it is believed to cache (tree size, or cached blocks)."""
         if self.kv_event_pools is None:
             return [tree.total_size() for tree in self.trees]
-        return [len(h) * self.kv_event_pools[0].block_size for h in self.cached_hashes]
+        return [sum(blocks.values()) * self.kv_event_pools[0].block_size for blocks in self.cached_hashes]
 
 
 # ------------------------------------------------------------------------------- instances

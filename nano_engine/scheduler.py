@@ -16,7 +16,8 @@ One step (``Scheduler.schedule``):
    "recompute" preemption). That may be the sequence itself.
 3. **Admission.** If nobody was preempted, waiting requests are admitted in the order the
    *policy* gives, while the budget and ``max_num_seqs`` allow: look up the longest cached prefix
-   (``cache.match``), lock it, and allocate pages for the first chunk. The first request that does
+   (``cache.match``), check that it and the first chunk fit (``cache.can_admit``, before anything
+   is locked), lock it, and allocate pages for the first chunk. The first request that does
    not fit stops admission for this step, so no request is overtaken forever by smaller ones.
 
 The scheduler only talks to a :class:`~nano_engine.cache_manager.CacheManager`; which cache sits
@@ -145,10 +146,16 @@ class Scheduler:
 
     def _admit(self, seq: Sequence, budget: int) -> int:
         """Lock ``seq``'s cached prefix and allocate its first chunk; returns the chunk's size,
-        or 0 (and ``seq`` holds nothing) if it does not fit."""
+        or 0 (and ``seq`` holds nothing) if it does not fit.
+
+        ``can_admit`` is asked first, so a request that does not fit touches nothing: locking its
+        hits and giving them back would refresh them in the LRU order (vLLM's ``allocate_slots``
+        returns None before touching anything, too)."""
         match = self.cache.match(seq)
+        n = min(seq.num_tokens - match.num_tokens, budget)
+        if not self.cache.can_admit(match, match.num_tokens + n):
+            return 0
         self.cache.lock(seq, match)
-        n = min(seq.num_remaining, budget)
         try:
             # allocate() runs after lock(): it sees the space left once the match is
             # protected, and evicts other cached prefixes if that is what it takes.

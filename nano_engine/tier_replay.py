@@ -24,6 +24,7 @@ from nano_engine.host_tier import WRITE_POLICIES, CopyEngine, HostKVPool
 from nano_engine.offload import LookupResult, OffloadingManager
 from nano_engine.paged import BlockPool, ceil_div
 from nano_engine.prefix_cache import PrefixCachingBlockPool
+from nano_engine.traces import TOKENS_PER_ID, Trace, request_tokens
 
 QWEN3_06B_BYTES_PER_TOKEN = 2 * 28 * 8 * 128 * 2
 
@@ -55,21 +56,26 @@ class TierReplay:
     """A bounded device cache plus a host tier, fed whole requests (see the module docstring)."""
 
     def __init__(self, method: str | int, capacity: int, host_capacity: int, write_policy: str = "write_through",
-                 *, bytes_per_token: int = QWEN3_06B_BYTES_PER_TOKEN, load_back_threshold: int = 10) -> None:
+                 *, bytes_per_token: int = QWEN3_06B_BYTES_PER_TOKEN, load_back_threshold: int = 10,
+                 key_tokens: int = 1) -> None:
         if write_policy not in WRITE_POLICIES:
             raise ValueError(f"--write-policy must be one of {WRITE_POLICIES}, got {write_policy!r}")
         if not isinstance(capacity, int) or capacity < 1 or not isinstance(host_capacity, int) or host_capacity < 1:
             raise ValueError(f"capacity and host capacity must be positive token counts, got {capacity!r}, "
                              f"{host_capacity!r}")
         self.method, self.capacity, self.host_capacity, self.write_policy = method, capacity, host_capacity, write_policy
-        self.bytes_per_token = bytes_per_token
+        # key_tokens > 1: each key stands for that many tokens (a trace's hash id: 512), and a
+        # request may hit in full (the paper's count); else the last token is always computed.
+        self.key_tokens = key_tokens
+        self.bytes_per_token = bytes_per_token * key_tokens   # bytes per key
         self.tokens = self.device_hits = self.host_hits = 0
         if method == "radix":
             self.pool = BlockPool(capacity)
-            self.host = HostKVPool(host_capacity, 1, bytes_per_token=bytes_per_token)
+            self.host = HostKVPool(host_capacity, 1, bytes_per_token=self.bytes_per_token)
             self.copies = CopyEngine(None, self.host)
             self.tree = HiRadixCache(1, host=self.host, copies=self.copies, write_policy=write_policy,
-                                     load_back_threshold=load_back_threshold, numpy_min_run=64)
+                                     load_back_threshold=ceil_div(load_back_threshold, key_tokens),
+                                     numpy_min_run=64)
         elif isinstance(method, int) and not isinstance(method, bool) and method >= 1:
             if write_policy == "write_back":
                 raise ValueError("the hashed cache has vLLM's policies only: write_through, write_through_selective "
@@ -83,13 +89,20 @@ class TierReplay:
         else:
             raise ValueError(f"method must be 'radix' or a block size >= 1, got {method!r}")
 
-    def serve(self, tokens: Sequence[int]) -> tuple[int, int]:
-        """One request; returns (device hit tokens, host hit tokens loaded back)."""
+    def serve(self, tokens: Sequence[int], input_length: int | None = None) -> tuple[int, int]:
+        """One request of ``tokens`` keys; returns (device hit tokens, host hit tokens loaded back).
+
+        ``input_length``: the request's tokens when keys stand for several (a trace's last id may
+        be partial); hits are capped at it. Default: ``len(tokens) * key_tokens``."""
         tokens = list(tokens)
         if not tokens:
             raise ValueError("serve: a request needs at least 1 token")
-        device, host = self._serve_radix(tokens) if self.method == "radix" else self._serve_blocks(tokens)
-        self.tokens += len(tokens)
+        limit = len(tokens) if self.key_tokens > 1 else len(tokens) - 1
+        device, host = self._serve_radix(tokens, limit) if self.method == "radix" else self._serve_blocks(tokens, limit)
+        length = len(tokens) * self.key_tokens if input_length is None else input_length
+        device = min(device * self.key_tokens, length)
+        host = min(host * self.key_tokens, length - device)
+        self.tokens += length
         self.device_hits += device
         self.host_hits += host
         return device, host
@@ -100,9 +113,9 @@ class TierReplay:
             self.pool.free(sorted(set(self.tree.evict(short))))
         return self.pool.allocate(n)
 
-    def _serve_radix(self, tokens: list[int]) -> tuple[int, int]:
+    def _serve_radix(self, tokens: list[int], limit: int) -> tuple[int, int]:
         tree = self.tree
-        m = tree.match(tokens[:-1])
+        m = tree.match(tokens[:limit])
         loaded = tree.load_back(m, self._alloc)
         node = m.host_node if loaded else m.device_node
         hit = m.device_tokens + loaded
@@ -116,10 +129,10 @@ class TierReplay:
         self.copies.drain()
         return m.device_tokens, loaded
 
-    def _serve_blocks(self, tokens: list[int]) -> tuple[int, int]:
+    def _serve_blocks(self, tokens: list[int], limit: int) -> tuple[int, int]:
         pool, size, offload = self.blocks, self.blocks.block_size, self.offload
-        gpu = pool.lookup(tokens, max_tokens=len(tokens) - 1)
-        hashes = pool.block_hashes(tokens[:len(tokens) - 1])
+        gpu = pool.lookup(tokens, max_tokens=limit)
+        hashes = pool.block_hashes(tokens[:limit])
         offload.touch(hashes[:len(gpu)])
         keys = []
         for h in hashes[len(gpu):]:
@@ -164,3 +177,41 @@ def tier_hit_rate(workload: Sequence[Sequence[int]], method: str | int, capacity
     for request in workload:
         replay.serve(request)
     return replay.result()
+
+
+def replay_trace_tiered(trace: Trace, cache: str, capacity_tokens: int, host_capacity_tokens: int,
+                        write_policy: str = "write_through", *, progress: bool = False) -> dict:
+    """``traces.replay_trace`` with a host tier: ``trace`` at its own granularity (one key per
+    512-token hash id, :func:`traces.request_tokens`) through :class:`TierReplay`. A request
+    larger than the device cache is rejected (hits nothing), as in ``traces.TraceReplay``.
+    Returns the JSON record of ``hitrate --trace --host-capacity``."""
+    if cache not in ("radix", "hashed"):
+        raise ValueError(f"a host tier is modelled for the radix tree and the hashed pool, not {cache!r}")
+    unit = TOKENS_PER_ID
+    if capacity_tokens < unit or host_capacity_tokens < unit:
+        raise ValueError(f"capacity {capacity_tokens} and host capacity {host_capacity_tokens} must hold a "
+                         f"hash id ({unit} tokens)")
+    capacity = capacity_tokens // unit
+    replay = TierReplay("radix" if cache == "radix" else 1, capacity, host_capacity_tokens // unit,
+                        write_policy, key_tokens=unit)
+    requests = trace.requests
+    if progress:
+        from tqdm.auto import tqdm
+
+        requests = tqdm(requests, desc=f"{trace.name}, {cache} + host {host_capacity_tokens:,}, {write_policy}",
+                        unit="req", leave=False, mininterval=1.0)
+    rejected = 0
+    for request in requests:
+        keys = request_tokens(request, unit)
+        if len(keys) > capacity:
+            rejected += 1
+            replay.tokens += request.input_length
+            continue
+        replay.serve(keys, request.input_length)
+    r = replay.result().as_dict()
+    return {"trace": trace.name, "cache": cache, "block_size": unit, "capacity_tokens": capacity_tokens,
+            "host_capacity_tokens": host_capacity_tokens, "write_policy": write_policy,
+            "hit_rate": round(r["hit_rate"], 6), "device_hit_rate": round(r["device_hit_rate"], 6),
+            "host_hit_rate": round(r["host_hit_rate"], 6), "bytes_written": r["bytes_written"],
+            "bytes_loaded": r["bytes_loaded"], "input_tokens": replay.tokens, "requests": len(trace),
+            "rejected": rejected}

@@ -11,6 +11,7 @@
                                                   rejected, worked examples right, no surviving mutant
     python practice/judge.py mutate 21            mutation testing of one exercise (all without a number)
     python practice/judge.py seal                 record the hashes of runner.py and every test.py
+    python practice/judge.py verify [21]          re-judge what the workspace records as accepted
     python practice/judge.py doctor               Python, packages and optional tools
 
 Options: --file PATH judges any file; --timeout S limits each test (default 10 s); --json prints
@@ -73,7 +74,9 @@ mutation = _load_sibling("practice_mutation", "mutation.py")   # mutation testin
 DEFAULT_TIMEOUT = 10.0       # seconds per test
 DEFAULT_MEMORY_MB = 2048     # address-space limit of the child process (where the OS supports it)
 IMPORT_LIMIT = 180.0         # the libraries test.py imports (torch: seconds on a busy machine) load before the clock starts
-STARTUP_GRACE = 3.0          # the child's own watchdog fires first; this catches a child that cannot
+WALL_FACTOR, WALL_GRACE = 10, 20.0   # the child's CPU-time watchdog decides timeouts; this wall-clock limit
+                                    # (10x the CPU limit + 20 s) only catches code that sleeps or blocks,
+                                    # and holds at load average 10 on two cores
 STATUS_FILE = ".judge_status.json"
 SEAL_FILE = "SHA256SUMS"     # shipped hashes of runner.py and every test.py (`judge.py seal` writes it)
 NOT_RUN = "not run"
@@ -249,7 +252,7 @@ def load_status(workspace: Path) -> dict:
 def remember_accepted(workspace: Path, ex: Exercise, path: Path, judged: dict | None = None) -> None:
     """Record an acceptance with what was judged (the file's hash, test.py's and the runner's)."""
     status = load_status(workspace)
-    status[ex.number] = {"status": "accepted", "sha256": _digest(path),
+    status[ex.number] = {"status": "accepted", "sha256": _digest(path), "file": path.name,
                          "when": time.strftime("%Y-%m-%d %H:%M:%S"), **(judged or {})}
     workspace.mkdir(parents=True, exist_ok=True)
     (workspace / STATUS_FILE).write_text(json.dumps(status, indent=1), encoding="utf-8")
@@ -259,10 +262,67 @@ def reader_status(ex: Exercise, workspace: Path) -> str:
     path = ex.workspace_file(workspace)
     status = load_status(workspace)
     record = status.get(ex.number) or status.get(OLD_NUMBER.get(ex.number, ex.number))
-    if record:
-        edited = path.exists() and _digest(path) != record.get("sha256")
-        return "accepted (edited since)" if edited else "accepted"
+    if isinstance(record, dict) and record.get("status") == "accepted":
+        if not path.exists() or _digest(path) != record.get("sha256"):
+            return "accepted (stale: your file changed since)"
+        if record.get("tests_sha256") != _sha(ex.tests.read_bytes()):
+            return "accepted (stale: test.py changed since)"
+        return "accepted"
     return "started" if path.exists() else "not started"
+
+
+def verify_records(workspace: Path, only: Exercise | None = None, timeout: float = DEFAULT_TIMEOUT) -> list[dict]:
+    """Re-judge every exercise the workspace records as accepted, with this copy of practice/.
+
+    A record holds when the file is still the one recorded, this practice/ is sealed as shipped
+    (and, in a git checkout, as committed), the record names this test.py, runner and file, and
+    the file is accepted again now. Run from a fresh copy of practice/ (what a course grader
+    does), this catches an edited file, a forged entry, and test.py rewritten with its seal."""
+    status = load_status(workspace)
+    tampered = _practice_changes()
+    rows = []
+    for ex in find_exercises():
+        if only is not None and ex.number != only.number:
+            continue
+        record = status.get(ex.number) or status.get(OLD_NUMBER.get(ex.number, ex.number))
+        if not (isinstance(record, dict) and record.get("status") == "accepted"):
+            continue
+        path = ex.workspace_file(workspace)
+        problems = list(tampered)
+        if not path.exists():
+            problems.append(f"{path.name} is missing")
+        elif _digest(path) != record.get("sha256") or record.get("file_sha256", record.get("sha256")) != _digest(path):
+            problems.append("your file changed since it was recorded")
+        if record.get("tests_sha256") != _sha(ex.tests.read_bytes()):
+            problems.append("recorded against another test.py than the shipped one")
+        if record.get("runner_sha256") != _sha((PRACTICE / "runner.py").read_bytes()):
+            problems.append("recorded against another runner.py than the shipped one")
+        verdict = None
+        if path.exists():
+            report = judge_file(ex, path, timeout=timeout)
+            verdict = report["verdict"]
+            if verdict != runner.ACCEPTED or not report["judged"]["sealed"]:
+                problems.append(f"judged again now: {verdict} ({report['summary']})")
+        rows.append({"exercise": ex.number, "file": str(path), "holds": not problems, "verdict": verdict,
+                     "problems": problems})
+    return rows
+
+
+def _practice_changes() -> list[str]:
+    """Problems with this copy of practice/ itself: files that differ from the seal, and (in a git
+    checkout) sealed files that differ from the committed ones."""
+    seal = load_seal()
+    problems = [f"practice/{p.relative_to(PRACTICE).as_posix()} differs from practice/{SEAL_FILE}"
+                for p in sealed_files() if seal.get(p.relative_to(PRACTICE).as_posix()) != _sha(p.read_bytes())]
+    git = shutil.which("git")
+    if git and (PRACTICE.parent / ".git").exists():
+        names = [str(p.relative_to(PRACTICE.parent)) for p in sealed_files()] + [f"practice/{SEAL_FILE}"]
+        changed = subprocess.run([git, "-C", str(PRACTICE.parent), "status", "--porcelain", "--", *names],
+                                 capture_output=True, text=True, timeout=60)
+        if changed.returncode == 0:
+            problems += [f"{line[3:]} differs from the committed version (git)" for line in changed.stdout.splitlines()
+                         if line.strip()]
+    return problems
 
 
 def start(ex: Exercise, workspace: Path, force: bool = False) -> tuple[Path, str]:
@@ -376,15 +436,16 @@ def judge_file(ex: Exercise, path: str | os.PathLike, *, examples_only: bool = F
     load_error, not_run_reason, unsigned = None, "not found in test.py", 0
     stderr_text = ""
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8", "PYTHONBREAKPOINT": "0"}
+    home = tempfile.mkdtemp(prefix="judge_home_")   # the child's working directory: the only place it may write
     while remaining and load_error is None:
         secret = secrets.token_hex(32)
         spec = {"tests": str(ex.tests), "tests_source": tests_source, "solution": str(path), "only": remaining,
                 "starter": str(ex.starter) if check_interface else None, "examples_only": examples_only,
-                "timeout": timeout, "memory_mb": memory_mb, "secret": secret,
+                "timeout": timeout, "memory_mb": memory_mb, "secret": secret, "home": home,
                 "runner_path": str(PRACTICE / "runner.py"), "runner_source": runner_bytes.decode("utf-8")}
         with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as err:
             proc = subprocess.Popen([sys.executable, "-c", runner.BOOTSTRAP], stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=err, cwd=str(path.parent), env=env, text=True,
+                                    stdout=subprocess.PIPE, stderr=err, cwd=home, env=env, text=True,
                                     encoding="utf-8", errors="replace", start_new_session=(os.name == "posix"))
             assert proc.stdin is not None
             try:
@@ -413,7 +474,7 @@ def judge_file(ex: Exercise, path: str | os.PathLike, *, examples_only: bool = F
                     continue
                 kind = event.pop("event")
                 if kind == "imported":
-                    deadline = time.monotonic() + timeout + STARTUP_GRACE
+                    deadline = time.monotonic() + timeout * WALL_FACTOR + WALL_GRACE
                 elif kind == "load_error":
                     load_error = event
                     ending = {"event": "done"}
@@ -421,10 +482,10 @@ def judge_file(ex: Exercise, path: str | os.PathLike, *, examples_only: bool = F
                     ready = event.get("tests") == remaining
                     if not ready:
                         ending = {"event": "died"}
-                    deadline = time.monotonic() + timeout + STARTUP_GRACE
+                    deadline = time.monotonic() + timeout * WALL_FACTOR + WALL_GRACE
                 elif kind == "start" and ready and current is None and event.get("test") in remaining:
                     current = event["test"]
-                    deadline = time.monotonic() + timeout + STARTUP_GRACE
+                    deadline = time.monotonic() + timeout * WALL_FACTOR + WALL_GRACE
                 elif kind == "result" and current is not None and event.get("name") == current:
                     results[current] = event
                     remaining.remove(current)
@@ -455,7 +516,7 @@ def judge_file(ex: Exercise, path: str | os.PathLike, *, examples_only: bool = F
             where = ending.get("where")
             failure = {"yours" if where and where["file"] == "your file" else "test": where} if where else None
             results[current] = {"name": current, "verdict": runner.TIMEOUT, "failure": failure,
-                                "message": f"did not finish within {timeout:g} s (an endless loop?)",
+                                "message": f"did not finish within {timeout:g} s of CPU time (an endless loop?)",
                                 "seconds": timeout}
             not_run_reason = (f"skipped after the timeout in {current} (fix that one first; "
                               "each further endless loop would cost another time limit)")
@@ -466,6 +527,7 @@ def judge_file(ex: Exercise, path: str | os.PathLike, *, examples_only: bool = F
                                 "seconds": 0.0}
             not_run_reason = f"skipped after the Python process ended in {current}"
         break
+    shutil.rmtree(home, ignore_errors=True)
     if load_error is not None:
         report = {**base, **runner.not_run_report(names, load_error)}
     else:
@@ -653,8 +715,16 @@ def check_exercise(ex: Exercise, timeout: float = DEFAULT_TIMEOUT, mutate: bool 
     result = {"exercise": ex.number, "title": ex.title, "ok": not problems, "problems": problems,
               "examples": len(examples), "worked_examples": examples_run, "files": rows}
     if mutate:
-        mutants = mutation.mutate_exercise(ex, runner, judge_file)
+        stale = mutation.report_problem(ex, ex.folder.parent)
+        if stale is None:   # the committed report vouches for these very files: nothing to re-run
+            entry = mutation.load_report(ex.folder.parent)[ex.name]
+            result["mutation"] = {"exercise": ex.number, "from_report": True, "generated": entry["generated"],
+                                  "killed": entry["killed"], "equivalent": entry["equivalent"], "survivors": [],
+                                  "stale_declarations": [], "seconds": 0.0, "time_limit": 0.0}
+            return result
+        mutants = mutation.mutate_exercise(ex, runner, judge_file)   # its files changed: re-run it
         result["mutation"] = {k: v for k, v in mutants.items() if k != "mutants"}
+        result["mutation"]["report"] = stale
         for mid in mutants["survivors"]:
             problems.append(f"mutant survives every test: {mid}")
         for mid in mutants["stale_declarations"]:
@@ -672,8 +742,10 @@ def _first_docstring_line(path: Path) -> str:
 
 
 def _mutation_line(r: dict) -> str:
+    where = ("from the committed report, files unchanged" if r.get("from_report")
+             else f"{r['seconds']:.1f} s, {r['time_limit']:g} s of CPU time each")
     return (f"{r['exercise']}: {r['generated']} mutants, {r['killed']} killed, {len(r['equivalent'])} declared "
-            f"equivalent, {len(r['survivors'])} surviving ({r['seconds']:.1f} s, {r['time_limit']:g} s limit each)")
+            f"equivalent, {len(r['survivors'])} surviving ({where})")
 
 
 # --------------------------------------------------------------------------------------------
@@ -743,7 +815,7 @@ def positive_seconds(text: str) -> float:
     return value
 
 
-COMMANDS = ("list", "start", "test", "solution", "mistakes", "check", "mutate", "seal", "doctor")
+COMMANDS = ("list", "start", "test", "solution", "mistakes", "check", "mutate", "seal", "verify", "doctor")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -797,6 +869,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("exercise", nargs="?", help="one exercise (default: all)")
     p.add_argument("--all-mutants", action="store_true", help="list every mutant, not only survivors")
     add("seal", "record the hashes of runner.py and every test.py (after editing a test)", json_flag=False)
+    p = add("verify", "re-judge every exercise recorded as accepted; report records that do not hold")
+    p.add_argument("exercise", nargs="?", help="one exercise (default: every recorded one)")
     add("doctor", "Python, packages and tools the practice needs")
     args = parser.parse_args(argv)
     workspace = workspace_dir(args.workspace)
@@ -879,10 +953,25 @@ def _dispatch(args: argparse.Namespace, workspace: Path) -> int:
         print(f"wrote {_display_path(write_seal())}")
         return 0
 
+    if args.command == "verify":
+        rows = verify_records(workspace, get_exercise(args.exercise) if args.exercise else None)
+        ok = all(r["holds"] for r in rows)
+        if args.json:
+            _print_json({"ok": ok, "records": rows})
+        else:
+            for r in rows:
+                print(f"{'holds  ' if r['holds'] else 'BROKEN '} {r['exercise']}  {_display_path(r['file'])}")
+                for problem in r["problems"]:
+                    print(f"        ! {problem}")
+            print(f"\n{len(rows)} accepted record(s) checked: "
+                  f"{'all hold' if ok else 'some do not hold'}" if rows else "no accepted records")
+        return 0 if ok else 1
+
     if args.command == "mutate":
         chosen = [get_exercise(args.exercise)] if args.exercise else find_exercises()
         results = [mutation.mutate_exercise(ex, runner, judge_file) for ex in chosen]
         ok = all(not r["survivors"] and not r["stale_declarations"] for r in results)
+        mutation.write_report(PRACTICE, {ex.name: mutation.report_entry(ex, r) for ex, r in zip(chosen, results, strict=True)})
         if args.json:
             _print_json({"ok": ok, "exercises": results})
         else:

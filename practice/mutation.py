@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import ast
 import copy
+import hashlib
 import json
+import math
 import os
 import select
 import signal
@@ -293,15 +295,28 @@ def load_equivalent(folder: Path) -> dict[str, str]:
 # Running the tests on a mutant
 
 
-def _run_in_fork(runner: types.ModuleType, tests_path: Path, source: str, timeout: float) -> dict:
+WALL_FACTOR, WALL_GRACE = 10, 20.0   # wall-clock backstop for a mutant that sleeps; the limit is CPU time
+
+
+def _run_in_fork(runner: types.ModuleType, tests_path: Path, source: str, cpu_limit: float) -> dict:
     """Load ``source`` as the solution and run the tests in a forked child; stop at the first
-    failure. Returns {"killed": bool, "by": test name or reason, "verdict": ...}."""
+    failure. Returns {"killed": bool, "by": test name or reason, "verdict": ..., "cpu": seconds}.
+
+    The time limit is the child's CPU time (RLIMIT_CPU: the kernel stops it with SIGXCPU), so a
+    busy machine changes no verdict; a generous wall-clock limit catches a mutant that sleeps."""
+    import resource
+
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:   # child
         os.close(read_fd)
         outcome = {"killed": True, "by": "load", "verdict": "runtime error"}
         try:
+            seconds = max(1, math.ceil(cpu_limit))
+            hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+            if hard != resource.RLIM_INFINITY:
+                seconds = min(seconds, hard)
+            resource.setrlimit(resource.RLIMIT_CPU, (seconds, hard))
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, 1)
             os.dup2(devnull, 2)
@@ -320,24 +335,29 @@ def _run_in_fork(runner: types.ModuleType, tests_path: Path, source: str, timeou
         os.write(write_fd, json.dumps(outcome).encode())
         os._exit(0)
     os.close(write_fd)
-    data, deadline = b"", time.monotonic() + timeout
+    data, deadline = b"", time.monotonic() + cpu_limit * WALL_FACTOR + WALL_GRACE
+    timed_out = False
     try:
         while True:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([read_fd], [], [], left)[0]:
                 os.kill(pid, signal.SIGKILL)
-                return {"killed": True, "by": "timeout", "verdict": "timeout"}
+                timed_out = True
+                break
             chunk = os.read(read_fd, 65536)
             if not chunk:
                 break
             data += chunk
     finally:
         os.close(read_fd)
-        os.waitpid(pid, 0)
+        _, status, usage = os.wait4(pid, 0)
+    cpu = round(usage.ru_utime + usage.ru_stime, 3)
+    if timed_out or (os.WIFSIGNALED(status) and os.WTERMSIG(status) in (signal.SIGXCPU, signal.SIGKILL)):
+        return {"killed": True, "by": "timeout", "verdict": "timeout", "cpu": cpu}
     try:
-        return json.loads(data)
+        return {**json.loads(data), "cpu": cpu}
     except ValueError:
-        return {"killed": True, "by": "crash", "verdict": "runtime error"}
+        return {"killed": True, "by": "crash", "verdict": "runtime error", "cpu": cpu}
 
 
 def mutate_exercise(ex, runner: types.ModuleType, judge_file: Callable | None = None,
@@ -356,11 +376,11 @@ def mutate_exercise(ex, runner: types.ModuleType, judge_file: Callable | None = 
                 __import__(name)
             except Exception:
                 pass
-    # One run of the reference sets the time limit: a mutant may be slower, not endlessly so.
-    t0 = time.perf_counter()
+    # One run of the reference sets the time limit, in CPU time: a mutant may be slower, not
+    # endlessly so.
     baseline = (_run_in_fork(runner, ex.tests, source, 120.0) if use_fork
-                else {"killed": False, "verdict": "accepted"})
-    limit = timeout or max(2.0, 1.0 + 3 * (time.perf_counter() - t0))
+                else {"killed": False, "verdict": "accepted", "cpu": 1.0})
+    limit = timeout or max(2.0, 1.0 + 3 * baseline["cpu"])
     rows, survivors, declared = [], [], []
     for m in mutants:
         if use_fork:
@@ -388,3 +408,70 @@ def mutate_exercise(ex, runner: types.ModuleType, judge_file: Callable | None = 
             "killed": sum(r["killed"] for r in rows), "equivalent": {mid: equivalent[mid] for mid in declared},
             "survivors": survivors, "stale_declarations": stale, "time_limit": round(limit, 2),
             "seconds": round(time.perf_counter() - start, 2), "mutants": rows}
+
+
+# --------------------------------------------------------------------------------------------
+# The committed mutation report: mutation testing is re-run only where something changed
+
+REPORT_FILE = "MUTATION_REPORT.json"
+EXERCISE_FILES = ("solution.py", "starter.py", "test.py", EQUIVALENT_FILE)
+TOOL_FILES = ("mutation.py", "runner.py")
+
+
+def _hash_files(paths: list[Path]) -> str:
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(path.name.encode("utf-8") + b"\0")
+        digest.update(path.read_bytes() if path.exists() else b"<absent>")
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def fingerprint(ex) -> dict[str, str]:
+    """What a mutation result depends on: the exercise's files, and the mutation tool with the
+    runner that runs the tests."""
+    tool_dir = Path(__file__).resolve().parent
+    return {"files_sha256": _hash_files([ex.folder / name for name in EXERCISE_FILES]),
+            "tool_sha256": _hash_files([tool_dir / name for name in TOOL_FILES])}
+
+
+def report_entry(ex, result: dict) -> dict:
+    """One exercise's part of the report: its fingerprint, every mutant with the test that killed
+    it, and the declared equivalents."""
+    return {**fingerprint(ex), "generated": result["generated"], "killed": result["killed"],
+            "survivors": result["survivors"], "stale_declarations": result["stale_declarations"],
+            "equivalent": result["equivalent"],
+            "mutants": [{"id": m["id"], "kind": m["kind"],
+                         "killed_by": m["by"] if m["killed"] else None} for m in result["mutants"]]}
+
+
+def load_report(root: Path) -> dict:
+    try:
+        return json.loads((root / REPORT_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def write_report(root: Path, entries: dict[str, dict]) -> Path:
+    """Merge ``entries`` (exercise folder name -> entry) into the committed report."""
+    report = load_report(root)
+    report.update(entries)
+    path = root / REPORT_FILE
+    path.write_text(json.dumps(dict(sorted(report.items())), indent=1) + "\n", encoding="utf-8")
+    return path
+
+
+def report_problem(ex, root: Path) -> str | None:
+    """Why the committed report does not vouch for ``ex`` (stale, missing, or a survivor), or None."""
+    entry = load_report(root).get(ex.name)
+    rerun = f"run `python practice/judge.py mutate {ex.number}` and commit {REPORT_FILE}"
+    if entry is None:
+        return f"{ex.name}: not in practice/{REPORT_FILE}: {rerun}"
+    now = fingerprint(ex)
+    changed = [what for key, what in (("files_sha256", "its files"), ("tool_sha256", "mutation.py or runner.py"))
+               if entry.get(key) != now[key]]
+    if changed:
+        return f"{ex.name}: the mutation report is stale ({' and '.join(changed)} changed since): {rerun}"
+    if entry.get("survivors") or entry.get("stale_declarations"):
+        return f"{ex.name}: the report lists surviving mutants or stale declarations: {rerun}"
+    return None

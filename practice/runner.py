@@ -30,6 +30,7 @@ import os
 import reprlib
 import sys
 import sysconfig
+import threading
 import time
 import traceback
 import types
@@ -38,8 +39,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 # Bound now, before any reader's code runs: a solution that replaces time.perf_counter or
-# hashlib.sha256 later does not change what the judge uses.
-_perf_counter, _monotonic, _sha256 = time.perf_counter, time.monotonic, hashlib.sha256
+# hashlib.sha256 later does not change what the judge uses. The time limit is CPU time
+# (process_time), so a busy machine neither kills a correct solution nor spares an endless loop.
+_perf_counter, _cpu_clock, _sha256 = time.perf_counter, time.process_time, hashlib.sha256
 try:   # the C encoder: json.JSONEncoder's Python methods could be replaced by the reader's code
     from _json import encode_basestring_ascii as _c_escape, make_encoder as _c_make_encoder
 except ImportError:   # pragma: no cover -- a Python without the _json accelerator
@@ -332,7 +334,7 @@ def load_module(path: str | os.PathLike, name: str = SOLUTION_MODULE) -> types.M
 def required_names(starter_path: str | os.PathLike) -> list[tuple[str, str | None, str]]:
     """The interface an exercise asks for: public top-level functions and classes of the
     starter, and the public methods of those classes, as (name, method or None, signature)."""
-    tree = ast.parse(Path(starter_path).read_text(encoding="utf-8"))
+    tree = parse_source(Path(starter_path).read_text(encoding="utf-8"), str(starter_path))
     wanted: list[tuple[str, str | None, str]] = []
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.name.startswith("_"):
@@ -357,6 +359,35 @@ def missing_names(module: types.ModuleType, starter_path: str | os.PathLike) -> 
     return missing
 
 
+# ast.parse must not run in several threads at once in CPython 3.11 (python/cpython#106905: "AST
+# constructor recursion depth mismatch"), and `judge.py check` judges files from a thread pool. So
+# every parse of a test.py or starter.py goes through this lock, and each text is parsed (and its
+# rewritten tests compiled) once per process.
+_PARSE_LOCK = threading.Lock()
+_PARSED: dict[tuple[str, str], Any] = {}
+
+
+def _once(kind: str, source: str, make: Callable[[], Any]) -> Any:
+    key = (kind, _sha256(source.encode("utf-8")).hexdigest())
+    with _PARSE_LOCK:
+        if key not in _PARSED:
+            _PARSED[key] = make()
+        return _PARSED[key]
+
+
+def parse_source(source: str, filename: str = "<unknown>") -> ast.Module:
+    """``ast.parse`` under the lock, once per text (the tree is shared: never modify it)."""
+    return _once("tree", source, lambda: ast.parse(source, filename))
+
+
+def compile_tests(source: str, test_path: str) -> types.CodeType:
+    """test.py with its asserts rewritten and compiled, once per text and path."""
+    def make() -> types.CodeType:
+        tree = _RewriteAsserts(source).visit(ast.parse(source, test_path))
+        return compile(ast.fix_missing_locations(tree), test_path, "exec")
+    return _once("code " + test_path, source, make)
+
+
 def load_tests(test_path: str | os.PathLike, module: types.ModuleType,
                source: str | None = None) -> list[tuple[str, Callable]]:
     """Load test.py with its asserts rewritten; return its ``test_*`` functions in file order.
@@ -366,14 +397,13 @@ def load_tests(test_path: str | os.PathLike, module: types.ModuleType,
     """
     test_path = str(test_path)
     source = source if source is not None else Path(test_path).read_text(encoding="utf-8")
-    tree = _RewriteAsserts(source).visit(ast.parse(source, test_path))
-    ast.fix_missing_locations(tree)
+    code = compile_tests(source, test_path)
     tests = types.ModuleType(TESTS_MODULE)
     tests.__file__ = test_path
     tests.__dict__["@AssertionFailure"] = AssertionFailure
     tests.__dict__["@plain_equal"] = plain_equal
     with registered(module):
-        exec(compile(tree, test_path, "exec"), tests.__dict__)
+        exec(code, tests.__dict__)
     return [(name, obj) for name, obj in tests.__dict__.items()
             if name.startswith("test_") and isinstance(obj, types.FunctionType) and obj.__module__ == TESTS_MODULE]
 
@@ -578,7 +608,7 @@ def not_run_report(names: list[str], load_error: dict) -> dict:
 def list_test_names(test_path: str | os.PathLike, *, examples_only: bool = False) -> list[str]:
     """The names of an exercise's tests, found without importing anything (for reports about a
     file that did not load)."""
-    tree = ast.parse(Path(test_path).read_text(encoding="utf-8"))
+    tree = parse_source(Path(test_path).read_text(encoding="utf-8"), str(test_path))
     names = [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")]
     return [n for n in names if is_example(n)] if examples_only else names
 
@@ -616,6 +646,14 @@ sys.exit(_boot())
 GUARDED_EVENTS = frozenset({"sys._getframe", "sys._current_frames", "sys.settrace", "sys.setprofile",
                             "gc.get_objects", "gc.get_referrers", "gc.get_referents"})
 FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
+# Refused to the reader's code and test.py alike: new processes (a detached grandchild could write
+# the judge's records after it exits), native code (ctypes reads any memory), signals to others.
+REFUSED_EVENTS = frozenset({"os.fork", "os.forkpty", "os.posix_spawn", "os.exec", "os.spawn", "os.system",
+                            "subprocess.Popen", "pty.spawn", "os.kill", "os.killpg", "signal.pthread_kill",
+                            "sys.addaudithook"})
+PATH_EVENTS = frozenset({"os.rename", "os.replace", "os.remove", "os.rmdir", "os.symlink", "os.link",
+                         "os.truncate", "os.chmod", "os.utime", "shutil.rmtree", "shutil.move"})
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 
 
 def sign(secret: str, line: str) -> str:
@@ -646,12 +684,16 @@ def _code_objects(namespace: dict) -> set[types.CodeType]:
     return found
 
 
-def _install_guard() -> None:
+def _install_guard(home: str | None = None) -> None:
     """An audit hook (PEP 578) that keeps frames, tracing and the garbage collector's object
     lists away from everything but this file. With a frame, code can walk up to the test
     functions and to the runner's locals and change a verdict; so ``sys._getframe``,
     ``tb_frame`` & co. raise for the reader's code (and for test.py) while the runner itself,
-    which needs tracebacks to describe a failure, still gets them."""
+    which needs tracebacks to describe a failure, still gets them.
+
+    Refused to everyone (``home``: the fresh folder the child runs in): starting processes,
+    ctypes, signals, opening anything under /proc (the process's own memory holds the secret
+    that signs results), and writing or renaming files outside ``home``."""
     import _thread
 
     runner_code = _code_objects(globals())   # identity, not file name: code can claim any file name
@@ -669,7 +711,39 @@ def _install_guard() -> None:
             frame = frame.f_back
         return False
 
+    real_home = os.path.realpath(home) if home else None
+
+    def inside_home(path: object) -> bool:
+        if isinstance(path, int):
+            return True
+        try:
+            real = os.path.realpath(os.fsdecode(path))   # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            return False
+        return real_home is not None and (real == real_home or real.startswith(real_home + os.sep))
+
+    def refused(event: str, args: tuple) -> str | None:
+        if event in REFUSED_EVENTS or event.startswith("ctypes."):
+            return event
+        if event == "open":
+            path, mode, flags = (tuple(args) + (None, None, None))[:3]
+            if isinstance(path, (str, bytes)):
+                real = os.path.realpath(os.fsdecode(path))
+                if real == "/proc" or real.startswith("/proc/"):
+                    return f"opening {real}"
+                writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+                    isinstance(flags, int) and bool(flags & _WRITE_FLAGS))
+                if writing and home is not None and not inside_home(path):
+                    return f"writing {os.fsdecode(path)} (outside the judge's scratch folder)"
+        elif event in PATH_EVENTS and home is not None:
+            if any(isinstance(a, (str, bytes)) and not inside_home(a) for a in args[:2]):
+                return f"{event} outside the judge's scratch folder"
+        return None
+
     def hook(event: str, args: tuple) -> None:
+        why = refused(event, args)
+        if why is not None:
+            raise PermissionError(f"{why} is not allowed while the judge runs your code")
         if event not in GUARDED_EVENTS and not (event == "object.__getattr__" and args[1] in FRAME_ATTRIBUTES):
             return
         me = get_ident()
@@ -708,7 +782,7 @@ def _replaced(before: dict, modules: list[types.ModuleType]) -> list[str]:
 def _test_imports(source: str) -> list[str]:
     """The modules test.py imports (besides the reader's): imported before the reader's code."""
     names = []
-    for node in ast.parse(source).body:
+    for node in parse_source(source).body:
         if isinstance(node, ast.Import):
             names += [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -721,7 +795,7 @@ def child_main(spec: dict) -> int:
 
     spec: {"tests", "tests_source", "solution", "starter" (optional), "only", "examples_only",
     "timeout", "memory_mb", "secret", "runner_path"}. Events: imported | ready | load_error | start
-    | result | timeout | done, each line "<signature> <json>". A watchdog thread enforces the per-test time
+    | result | timeout | done, each line "<signature> <json>". A watchdog thread enforces the per-test CPU-time
     limit and reports the line the code was stuck on. The judge (the parent) decides the verdict
     from these events: it knows which tests test.py has, and ignores lines without a valid
     signature (the reader's code can write to the same pipe, but cannot sign).
@@ -752,13 +826,13 @@ def child_main(spec: dict) -> int:
 
     solution, tests_path, tests_source = spec["solution"], spec["tests"], spec["tests_source"]
     timeout = float(spec.get("timeout") or 10)
-    state: dict[str, Any] = {"test": None, "deadline": _monotonic() + timeout}
+    state: dict[str, Any] = {"test": None, "deadline": _cpu_clock() + timeout}
     main_thread = _thread.get_ident()
 
     def watchdog() -> None:
         while True:
             time.sleep(0.02)
-            if _monotonic() > state["deadline"]:
+            if _cpu_clock() > state["deadline"]:
                 frame = sys._current_frames().get(main_thread)
                 emit({"event": "timeout", "test": state["test"], "seconds": timeout,
                       "where": _where_stuck(frame, solution, tests_path)})
@@ -767,7 +841,7 @@ def child_main(spec: dict) -> int:
     # The libraries the tests use are imported first (exercise 01 imports torch once, before the
     # clock of any test starts) and remembered, so replacing one of their functions is noticed.
     watched = [builtins]
-    for name in _test_imports(tests_source):
+    for name in _test_imports(tests_source) + ["ctypes"]:   # ctypes: numpy imports it (then it is refused)
         try:
             __import__(name)
             watched.append(sys.modules[name])
@@ -775,9 +849,9 @@ def child_main(spec: dict) -> int:
             pass
     before = _snapshot(watched)
     emit({"event": "imported"})   # from here on the time limit runs
-    state["deadline"] = _monotonic() + timeout
+    state["deadline"] = _cpu_clock() + timeout
     sys.path.insert(0, os.path.dirname(os.path.abspath(solution)))   # a solution may span two files
-    _install_guard()
+    _install_guard(spec.get("home"))
     _thread.start_new_thread(watchdog, ())   # not a threading.Thread: nothing lists it for the reader
     try:
         module = load_module(solution)
@@ -797,7 +871,7 @@ def child_main(spec: dict) -> int:
     tests = select_tests(loaded, examples_only=spec.get("examples_only", False), only=spec.get("only"))
     emit({"event": "ready", "tests": [name for name, _ in tests]})
     for name, func in tests:
-        state.update(test=name, deadline=_monotonic() + timeout)
+        state.update(test=name, deadline=_cpu_clock() + timeout)
         emit({"event": "start", "test": name})
         result = run_test(name, func, tests_path, solution)
         state["deadline"] = float("inf")

@@ -39,6 +39,11 @@ from nano_engine.notebook.widgets import predict
 
 guess = predict("How many of the first 10 looked-up tokens will hit?")
 guess"""
+FOLDED_CELL = """\
+folded = predict("How many tokens will the cache hold?")
+folded"""
+REVEAL_CELL = """\
+display(folded.reveal(480))   # Run All reaches this at once, before anybody typed"""
 
 
 @pytest.fixture
@@ -63,7 +68,8 @@ def write_notebook(folder: Path) -> str:
     notebook = {
         "cells": [{"cell_type": "code", "execution_count": None, "id": cell_id, "metadata": {},
                    "outputs": [], "source": source}
-                  for cell_id, source in (("stepper", NOTEBOOK_CELL), ("predict", PREDICT_CELL))],
+                  for cell_id, source in (("stepper", NOTEBOOK_CELL), ("predict", PREDICT_CELL),
+                                                  ("folded", FOLDED_CELL), ("reveal", REVEAL_CELL))],
         "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
         "nbformat": 4, "nbformat_minor": 5,
     }
@@ -196,7 +202,25 @@ def test_hit_rate_and_prediction_render(page):
 
     question = page.locator(".nano-predict").first
     assert "Predict: How many of the first 10 looked-up tokens will hit?" in question.inner_text()
-    box = page.locator(".nano-predict-input input")
+    box = page.locator(".nano-predict-input input").first
     box.fill("4")
     assert box.input_value() == "4"
     assert "run the experiment below" in page.inner_text(".nano-predict-answer")
+
+
+def test_run_all_keeps_the_revealed_answer_folded(page):
+    """Run All ran the reveal right after the question: the answer is there, folded, until a click
+    on "Show answer" or a typed prediction (Enter) opens it."""
+    folded = page.locator(".nano-predict").nth(1)
+    fold = folded.locator("details.nano-predict-fold")
+    fold.wait_for(timeout=15_000)
+    assert fold.evaluate("d => d.open") is False
+    assert not folded.get_by_text("Answer: 480").is_visible()       # in the page, but not shown
+    fold.locator("summary").click()                                   # "Show answer"
+    assert fold.evaluate("d => d.open") is True
+    assert folded.get_by_text("Answer: 480 (no prediction typed).").is_visible()
+    box = folded.locator(".nano-predict-input input")
+    box.fill("500")
+    box.press("Enter")                                                # a prediction typed after the run
+    page.wait_for_function("[...document.querySelectorAll('.nano-predict-answer')].some("
+                           "e => e.innerText.includes('You predicted 500; answer: 480 (off by 20).'))", timeout=15_000)

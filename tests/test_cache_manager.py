@@ -7,6 +7,7 @@ request uses is ever evicted or handed to someone else, and no hit serves anothe
 The engine tests at the end run the real model through the three managers.
 """
 
+import copy
 import itertools
 
 import pytest
@@ -24,8 +25,8 @@ from nano_engine.sequence import Sequence
 def make_manager(kind: str, num_blocks: int, block_size: int):
     if kind == "none":
         return NaiveCacheManager(num_blocks, block_size)
-    if kind == "hashed":
-        return HashedBlockCacheManager(PrefixCachingBlockPool(num_blocks, block_size))
+    if kind in ("hashed", "vllm"):
+        return HashedBlockCacheManager(PrefixCachingBlockPool(num_blocks, block_size, vllm=kind == "vllm"))
     return RadixCacheManager(num_blocks, block_size)
 
 
@@ -49,11 +50,18 @@ class Harness:
         seq = Sequence(next(self.ids), tokens, SamplingParams(max_tokens=max_tokens, cache_salt=salt))
         match = self.cache.match(seq)
         assert match.num_tokens <= len(tokens) - 1 and match.num_tokens % self.bs == 0
+        num_tokens = match.num_tokens + min(chunk, len(tokens) - match.num_tokens)
+        if not self.cache.can_admit(match, num_tokens):   # asked before lock, as the scheduler does
+            trial_cache, trial_seq = copy.deepcopy((self.cache, seq))
+            trial_cache.lock(trial_seq, copy.deepcopy(match))
+            assert not trial_cache.allocate(trial_seq, num_tokens), "can_admit refused a request that fits"
+            return None
         self.cache.lock(seq, match)
         for pos in range(match.num_tokens):      # a hit must hold exactly this prefix's KV
             assert self.kv[self.slot(seq, pos)] == self.expected(seq, pos), "a hit served the wrong KV"
         self.hits += match.num_tokens
         if not self.cache.allocate(seq, seq.num_computed_tokens + min(chunk, seq.num_remaining)):
+            assert not isinstance(self.cache, HashedBlockCacheManager), "can_admit let in a request that does not fit"
             self.cache.free(seq)
             return None
         self.running.append(seq)
@@ -114,7 +122,7 @@ op = st.one_of(
 
 
 @settings(max_examples=120, deadline=None)
-@given(kind=st.sampled_from(["none", "hashed", "radix"]), block_size=st.sampled_from([1, 2, 4]),
+@given(kind=st.sampled_from(["none", "hashed", "vllm", "radix"]), block_size=st.sampled_from([1, 2, 4]),
        num_blocks=st.integers(6, 16), ops=st.lists(op, max_size=40))
 def test_random_operations_never_serve_or_overwrite_wrong_kv(kind, block_size, num_blocks, ops):
     h = Harness(make_manager(kind, num_blocks, block_size))

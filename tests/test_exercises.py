@@ -141,6 +141,32 @@ def test_starter_and_reference_have_the_same_interface(ex):
     assert runner.required_names(ex.starter)
 
 
+@pytest.mark.parametrize("ex", EXERCISES, ids=lambda e: e.name)
+def test_mutation_report_vouches_for_the_exercise(ex):
+    """Mutation testing is not re-run here: practice/MUTATION_REPORT.json must hold a result for these
+    very files (and this mutation tool and runner) with no surviving mutant. When it is stale, the
+    message names the command to run."""
+    problem = judge.mutation.report_problem(ex, ex.folder.parent)
+    assert problem is None, problem
+    entry = judge.mutation.load_report(ex.folder.parent)[ex.name]
+    declared = judge.mutation.load_equivalent(ex.folder)
+    assert set(entry["equivalent"]) == set(declared), "the declared equivalents are the unkilled mutants"
+    unkilled = {m["id"] for m in entry["mutants"] if m["killed_by"] is None}
+    assert unkilled == set(declared) and entry["generated"] == len(entry["mutants"])
+
+
+def test_a_stale_mutation_report_names_the_exercise_to_rerun(tmp_path):
+    import shutil
+    copy = tmp_path / "practice"
+    shutil.copytree(ROOT / "practice", copy, ignore=shutil.ignore_patterns("workspace", "__pycache__"))
+    ex = judge.find_exercises(copy)[0]
+    assert judge.mutation.report_problem(ex, copy) is None
+    ex.tests.write_text(ex.tests.read_text() + "\n# edited\n")
+    problem = judge.mutation.report_problem(ex, copy)
+    assert problem and "stale (its files changed since)" in problem
+    assert f"python practice/judge.py mutate {ex.number}" in problem
+
+
 # ---------------------------------------------------------------------------------------------
 # The package's classes pass the exercises' tests
 
@@ -245,7 +271,7 @@ def test_check_button_shows_verdicts(tmp_path):
 
     good = check_button(23, file=judge.get_exercise("23").solution)
     good.check_button.click()
-    assert "accepted" in good.result.value and "10 passed, 0 failed" in good.result.value
+    assert "accepted" in good.result.value and "11 passed, 0 failed" in good.result.value
 
 
 def test_check_button_without_a_file_says_how_to_start(tmp_path):

@@ -338,7 +338,7 @@ def test_list_shows_status_and_remembers_acceptance(workspace):
                      text, re.M)
     mine.write_text(mine.read_text() + "\n# tidied up\n")
     status = {r["number"]: r["status"] for r in json.loads(run("list", "--json", workspace=workspace).stdout)}
-    assert status["23"] == "accepted (edited since)"
+    assert status["23"] == "accepted (stale: your file changed since)"
 
 
 def test_old_numbers_are_aliases(workspace):
@@ -643,6 +643,156 @@ def test_the_seal_matches_the_shipped_files():
     for path in judge.sealed_files():
         key = f"{path.parent.name}/{path.name}" if path.name == "test.py" else path.name
         assert seal[key] == __import__("hashlib").sha256(path.read_bytes()).hexdigest(), key
+
+
+# ---------------------------------------------------------------------------------------------
+# The forgery routes of issue 24: each fails, or `verify` reports it
+
+
+def _run_copy(copy: Path, *args: str, workspace: Path) -> subprocess.CompletedProcess:
+    """A judge.py of a copied practice/ (no git checkout around it)."""
+    env = {**os.environ, "NANO_ENGINE_WORKSPACE": str(workspace), "NO_COLOR": "1"}
+    return subprocess.run([sys.executable, str(copy / "judge.py"), *args], capture_output=True, text=True,
+                          env=env, timeout=300)
+
+
+FORGER_21 = WRONG_21 + textwrap.dedent("""\
+    import json, os, time
+
+    def _forge():
+        status = os.environ["NANO_ENGINE_WORKSPACE"] + "/.judge_status.json"
+        attempts = {
+            "status file": lambda: open(status, "w").write(json.dumps({"21": {"status": "accepted"}})),
+            "own memory": lambda: open("/proc/self/mem", "rb").read(1),
+            "grandchild": lambda: os.fork(),
+            "ctypes": lambda: __import__("ctypes").string_at(id(status), 8),
+        }
+        for name, attempt in attempts.items():
+            try:
+                attempt()
+                print("ALLOWED", name)
+            except PermissionError as exc:
+                print("refused", name, exc)
+
+    _forge()
+    _block_hashes = block_hashes
+
+    def block_hashes(token_ids, block_size):
+        _forge()
+        return _block_hashes(token_ids, block_size)
+    """)
+
+
+def test_the_judged_code_cannot_write_records_fork_or_read_its_own_memory(tmp_path, workspace):
+    """Routes 1 and 3: an "accepted" entry written while the code runs (or by a detached grandchild
+    after the judge exits), and the signing secret read from /proc/self/mem: all refused."""
+    workspace.mkdir()
+    mine = workspace / "21_chained_block_hashes.py"
+    mine.write_text(FORGER_21)
+    report = _judge_json("test", "21", workspace=workspace)
+    assert report["verdict"] == "wrong answer" and "recorded" not in report
+    printed = "".join(t.get("stdout", "") for t in report["tests"])
+    assert "ALLOWED" not in printed
+    for name in ("status file", "own memory", "grandchild", "ctypes"):
+        assert f"refused {name}" in printed
+    assert not (workspace / judge.STATUS_FILE).exists(), "nothing but the judge writes the records"
+
+
+def test_verify_holds_for_honest_records_and_reports_forged_or_edited_ones(tmp_path, workspace):
+    """Route 1 when the code does get to write the file (as the same user, outside the judge):
+    `verify` re-judges every accepted record and reports the forged one; `list` marks edits stale."""
+    copy = _copy_practice(tmp_path)
+    assert _run_copy(copy, "start", "23", workspace=workspace).returncode == 0
+    mine = workspace / "23_lookup_last_token.py"
+    mine.write_text((PRACTICE / "23_lookup_last_token" / "solution.py").read_text())
+    assert _run_copy(copy, "test", "23", workspace=workspace).returncode == 0
+    verified = _run_copy(copy, "verify", workspace=workspace)
+    assert verified.returncode == 0 and "holds" in verified.stdout and "BROKEN" not in verified.stdout
+
+    status_file = workspace / judge.STATUS_FILE
+    status = json.loads(status_file.read_text())
+    _run_copy(copy, "start", "21", workspace=workspace)       # the starter, which is rejected
+    status["21"] = {**status["23"]}                           # a forged "accepted" entry
+    status_file.write_text(json.dumps(status))
+    verified = _run_copy(copy, "verify", "--json", workspace=workspace)
+    rows = {r["exercise"]: r for r in json.loads(verified.stdout)["records"]}
+    assert verified.returncode == 1 and rows["23"]["holds"] and not rows["21"]["holds"]
+    assert any("judged again now: runtime error" in p for p in rows["21"]["problems"])
+
+    mine.write_text(mine.read_text() + "\n# edited after the verdict\n")
+    listed = {r["number"]: r["status"] for r in json.loads(_run_copy(copy, "list", "--json", workspace=workspace).stdout)}
+    assert listed["23"] == "accepted (stale: your file changed since)"
+    verified = _run_copy(copy, "verify", "23", workspace=workspace)
+    assert verified.returncode == 1 and "your file changed since it was recorded" in verified.stdout
+
+
+def test_tests_rewritten_with_their_seal_are_caught_by_verify_from_a_fresh_copy(tmp_path, workspace):
+    """Route 4: test.py and SHA256SUMS rewritten together make a sealed, recorded verdict; a fresh
+    copy of practice/ (what a grader runs) reports the record."""
+    forged = _copy_practice(tmp_path / "forged")
+    (forged / "23_lookup_last_token" / "test.py").write_text(
+        "from solution_under_test import longest_cache_hit\n\ndef test_example_nothing():\n    pass\n")
+    assert _run_copy(forged, "seal", workspace=workspace).returncode == 0
+    _run_copy(forged, "start", "23", workspace=workspace)     # the starter: NotImplementedError everywhere
+    judged = _run_copy(forged, "test", "23", workspace=workspace)
+    assert judged.returncode == 0, "the forged copy accepts and records it"
+    fresh = _copy_practice(tmp_path / "fresh")
+    verified = _run_copy(fresh, "verify", "--json", workspace=workspace)
+    [row] = json.loads(verified.stdout)["records"]
+    assert verified.returncode == 1 and not row["holds"]
+    assert "recorded against another test.py than the shipped one" in row["problems"]
+    assert any(p.startswith("judged again now: runtime error") for p in row["problems"])
+
+
+@pytest.mark.xfail(strict=True, reason="issue 24 route 2 is open: the tests still run in the judged process, so "
+                   "a function of test.py handed to the code leads to the test module's globals (the fix is "
+                   "the proxy design, branch judge-proxy-wip)")
+def test_a_test_function_handed_to_the_code_cannot_reach_the_tests(tmp_path, workspace):
+    path = write(tmp_path / "lpm.py", """\
+        def lpm_order(waiting, match_len, *, check_threshold=32, deprioritize_threshold=32, fcfs_threshold=128):
+            match_len.__globals__["@plain_equal"] = lambda got, expected: True
+            match_len.__globals__["raises_value_error"] = lambda call: True
+            return [rid for rid, _ in waiting]
+        """)
+    report = _judge_json("test", "52", "--file", str(path), workspace=workspace)
+    assert report["verdict"] != "accepted"
+
+
+# ---------------------------------------------------------------------------------------------
+# Verdicts under load (issue 21): time limits are CPU time
+
+
+@pytest.fixture
+def two_busy_loops():
+    """Two processes spinning on the CPU for the length of a test (both cores of the CI machine)."""
+    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        yield loops
+    finally:
+        for proc in loops:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
+def test_verdicts_hold_while_two_busy_loops_occupy_the_cores(two_busy_loops, workspace):
+    """A correct solution is still accepted and every mutant of a small exercise still killed (or
+    declared equivalent) when the machine is busy: the limits are CPU time, not wall-clock time."""
+    report = _judge_json("solution", "23", workspace=workspace)
+    assert report["verdict"] == "accepted", report["summary"]
+    result = judge.mutation.mutate_exercise(judge.get_exercise("23"), runner, judge.judge_file)
+    assert result["generated"] >= 20 and result["survivors"] == [] and result["stale_declarations"] == []
+    assert all(m["killed"] for m in result["mutants"]), [m["id"] for m in result["mutants"] if not m["killed"]]
+
+
+def test_test_files_are_parsed_once_and_never_concurrently():
+    """python/cpython#106905: ast.parse from several threads can fail; the runner parses each text
+    once, under a lock, and check_exercise's thread pool goes through it."""
+    import concurrent.futures
+    sources = [f"def test_{i}():\n    assert {i} == {i}\n" * 1 for i in range(40)]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+        trees = list(pool.map(runner.parse_source, sources * 3))
+    assert [t.body[0].name for t in trees] == [f"test_{i}" for i in range(40)] * 3
+    assert runner.parse_source(sources[0]) is runner.parse_source(sources[0]), "parsed once"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -72,6 +72,52 @@ def test_lab_config_as_jupyter_loads_it(lab_command, tmp_path):
     assert f".file_to_run = '{ROOT / 'notebooks' / '00_the_model.ipynb'}'" in config
 
 
+@pytest.mark.timeout(300)
+def test_lab_prints_chapter_00s_own_address(lab_command, tmp_path):
+    """In a container nobody opens a browser: the address Jupyter prints is the one a reader copies,
+    and it must open chapter 00 (Jupyter's own default prints the Launcher's, /lab)."""
+    pytest.importorskip("jupyterlab")
+    import urllib.request
+
+    options = [word for word in lab_command if word.startswith("--")]  # the options `make lab` passes
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, JUPYTER_CONFIG_PATH=str(config_path(lab_command)),
+               JUPYTER_CONFIG_DIR=str(tmp_path / "config"), JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+               JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"), IPYTHONDIR=str(tmp_path / "ipython"))
+    address = re.compile(rf"http://127\.0\.0\.1:{port}(/\S*)\?token=([0-9a-f]+)")  # as Jupyter makes its token
+    log_path = tmp_path / "jupyter.log"
+    with open(log_path, "wb") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "jupyterlab", *options, lab_command[-1], "--no-browser", "--ServerApp.ip=127.0.0.1",
+             f"--ServerApp.port={port}", "--ServerApp.port_retries=0"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 120
+            while not address.search(log_path.read_text()):
+                if server.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail("JupyterLab printed no address:\n" + log_path.read_text()[-3000:])
+                time.sleep(0.3)
+            time.sleep(0.5)  # the rest of the banner
+            printed = set(address.findall(log_path.read_text()))
+            assert {path for path, _ in printed} == {"/lab/tree/00_the_model.ipynb"}, printed
+            token = next(iter(printed))[1]
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/lab/tree/00_the_model.ipynb?token={token}",
+                                        timeout=30) as reply:
+                assert reply.status == 200
+        finally:
+            for sig, wait_s in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
+                try:
+                    os.killpg(server.pid, sig)  # the group this test created
+                    server.wait(timeout=wait_s)
+                    break
+                except ProcessLookupError:
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+
+
 OPENER = """import pathlib, sys
 pathlib.Path(sys.argv[1]).write_text(sys.argv[2])
 """

@@ -36,3 +36,31 @@ def test_executes_headless(path, monkeypatch):
     client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
                             resources={"metadata": {"path": str(path.parent)}})
     client.execute()        # raises on the first failing cell, naming it
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_predictions_are_displayed_not_printed(path):
+    """A printed reveal shows the answer at once under "Run All"; a displayed one keeps it folded."""
+    import re
+
+    nb = json.loads(path.read_text())
+    code = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    printed = [line for cell in code for line in cell.splitlines() if re.search(r"print\([^)]*\.reveal\(", line)]
+    assert not printed, f"{path.name}: display(...) a reveal instead of printing it: {printed}"
+
+
+END_MATTER = ["Summary", "How to explain it", "Try it", "vLLM / SGLang and this package", "Read the real code", "Exercises"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_end_matter_in_one_fixed_order(path):
+    """Every chapter ends with the same six sections, in the same order, and nothing after them."""
+    headings = [
+        line[3:].strip()
+        for cell in json.loads(path.read_text())["cells"]
+        if cell["cell_type"] == "markdown"
+        for line in "".join(cell["source"]).splitlines()
+        if line.startswith("## ")
+    ]
+    tail = headings[-len(END_MATTER):]
+    assert [h.split(":")[0] for h in tail] == END_MATTER, f"{path.name} ends with {tail}"

@@ -107,12 +107,34 @@ def test_kv_event_view_is_the_pools_cached_hashes():
                             user_len=(2, 9), answer_len=(2, 9))
     run_trace(router, instances, workload, requests_per_tick=2)
     for inst, cached in zip(instances, router.cached_hashes):
-        assert cached == set(inst.pool.hash_to_block)            # evictions were reported too
+        assert cached == {h: len(blocks) for h, blocks in inst.pool.hash_to_blocks.items()}  # evictions reported too
     for prompt in workload[:10]:
         expected = [len(inst.pool.peek(prompt, max_tokens=len(prompt) - 1)) * 4 for inst in instances]
         assert router.match_lengths(prompt) == expected
     router.close()
     assert all(not inst.pool._subscribers for inst in instances)
+
+
+def test_kv_event_view_counts_vllm_duplicates():
+    """vLLM mode caches two blocks under one hash when two requests computed it at once, and
+    publishes a store and a removal per block (ints, the low 64 bits). The router counts blocks:
+    evicting one copy leaves the hash matched, and the size counts both copies while they last."""
+    pools = [PrefixCachingBlockPool(4, 2, vllm=True) for _ in range(2)]
+    router = Router(2, kv_event_pools=pools)
+    a, b = pools[0].allocate(1), pools[0].allocate(1)
+    pools[0].cache_blocks([5, 6], a, 2)
+    pools[0].cache_blocks([5, 6], b, 2)
+    (h,) = pools[0].block_hashes([5, 6])
+    assert router.cached_hashes[0] == {pools[0].event_hash(h): 2} and isinstance(pools[0].event_hash(h), int)
+    assert router.cached_sizes() == [4, 0] and router.match_lengths([5, 6, 7]) == [2, 0]
+    pools[0].free(a)
+    pools[0].free(b)
+    pools[0].allocate(3)                                      # the two never-used blocks, then copy a
+    assert list(pools[0].hash_to_blocks[h]) == b
+    assert router.cached_sizes() == [2, 0] and router.match_lengths([5, 6, 7]) == [2, 0]   # b still serves
+    pools[0].allocate(1)                                      # now b too
+    assert router.cached_hashes[0] == {} and router.match_lengths([5, 6, 7]) == [0, 0]
+    router.close()
 
 
 # ----------------------------------------------------------------------------- traces

@@ -165,3 +165,26 @@ def test_rejects_bad_limits():
         Scheduler(NaiveCacheManager(4, 4), max_num_batched_tokens=0)
     with pytest.raises(ValueError, match="max_num_seqs"):
         Scheduler(NaiveCacheManager(4, 4), max_num_seqs=0)
+
+
+@pytest.mark.parametrize("vllm", [False, True])
+def test_a_failed_admission_leaves_the_free_queue_as_it_was(vllm):
+    """Three 1-token blocks: r0 ``[5]`` and r1 ``[6]`` finish; r2 ``[5, 6, 6, 6]`` hits block 0 but
+    cannot get the 3 blocks it also needs. vLLM 0.33's ``KVCacheManager.allocate_slots`` counts the
+    hit sitting in the free queue with the new blocks and returns None before touching anything,
+    so the queue stays ``[2, 0, 1]`` and the next allocation evicts ``[5]``'s block 0 (not ``[6]``'s
+    block 1, as touching the hit and giving it back to the tail would make it)."""
+    pool = PrefixCachingBlockPool(3, 1, vllm=vllm)
+    sched = Scheduler(HashedBlockCacheManager(pool))
+    for token in (5, 6):
+        sched.add(Sequence(token, [token], SamplingParams(max_tokens=1)))
+        run_all(sched)
+    assert list(pool.free_queue) == [2, 0, 1]
+    r2 = Sequence(2, [5, 6, 6, 6], SamplingParams(max_tokens=1))
+    sched.add(r2)
+    assert sched.cache.peek(r2) == 1                  # it hits block 0 ...
+    plan = sched.schedule()
+    assert plan.seqs == [] and r2.status is Status.WAITING and r2.block_table == []   # ... but does not fit
+    assert list(pool.free_queue) == [2, 0, 1] and pool.ref_cnt == [0, 0, 0]
+    assert pool.allocate(2) == [2, 0] and pool.lookup([6, 6]) == [1]    # [5] goes first, [6] stays
+    pool.check_invariants()

@@ -73,7 +73,7 @@ def test_cli_host_tier_rows(capsys):
     out = capsys.readouterr().out
     assert "with a host tier" in out and "write_back" in out
     assert main(["hitrate", "--host-capacity", "4000"]) == 2      # needs --capacity
-    assert "needs --capacity" in capsys.readouterr().err
+    assert "needs a finite --capacity" in capsys.readouterr().err
 
 
 def test_cli_rows_as_json(capsys):
@@ -82,10 +82,48 @@ def test_cli_rows_as_json(capsys):
     class Args:
         host_capacity = [4000]
         write_policy = ["write_through"]
-        block_size = 16
         json = True
 
     rows = run_host_tier_hitrate(Args(), {"w": [[1, 2, 3] * 50] * 3}, [100])
     printed = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     assert printed == rows and {r["host_capacity_tokens"] for r in rows} == {0, 4000}
     assert all({"hit_rate", "device_hit_rate", "host_hit_rate", "bytes_written", "bytes_loaded"} <= set(r) for r in rows)
+
+
+def _json_rows(out: str) -> list[dict]:
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+@pytest.mark.parametrize("cache", ["radix", "hashed"])
+def test_trace_with_a_host_tier_that_holds_everything_hits_as_the_unlimited_cache(cache, capsys):
+    """``hitrate --trace --host-capacity``: with write-through into a host tier larger than the
+    slice, every id seen before is found on one tier or the other, so the hit rate is the
+    unlimited cache's (``traces.replay_trace``, an independent replay); the device-only row is
+    ``replay_trace`` at the same capacity, and device + host add up."""
+    from nano_engine.traces import load_trace, replay_trace
+
+    trace = load_trace("conversation")[:150]
+    assert main(["hitrate", "--trace", "conversation", "--requests", "150", "--cache", cache, "--capacity", "1.5e5",
+                 "--host-capacity", "1e8", "--json"]) == 0
+    device_only, tiered = _json_rows(capsys.readouterr().out)
+    assert device_only["host_capacity_tokens"] == 0
+    assert device_only["hit_rate"] == replay_trace(trace, cache, 150_000).as_dict()["hit_rate"]
+    assert tiered["rejected"] == 0 and tiered["write_policy"] == "write_through"
+    unlimited = replay_trace(trace, cache, None).hit_rate
+    assert device_only["hit_rate"] < unlimited - 0.005      # the device alone loses hits here: the tier matters
+    assert tiered["hit_rate"] == pytest.approx(unlimited, abs=1e-6)
+    assert tiered["hit_rate"] == pytest.approx(tiered["device_hit_rate"] + tiered["host_hit_rate"], abs=2e-6)
+    assert tiered["host_hit_rate"] > 0 and tiered["bytes_loaded"] > 0
+    assert tiered["bytes_written"] >= tiered["bytes_loaded"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--cache", "vllm", "--host-capacity", "6e5"], "--cache vllm has no host tier"),
+    (["--cache", "hashed", "--host-capacity", "6e5", "--write-policy", "write_back"], "vLLM's policies only"),
+    (["--cache", "radix", "--write-policy", "write_back"], "add --host-capacity"),
+    (["--cache", "radix", "--host-capacity", "inf"], "a host tier is finite"),
+    (["--cache", "radix", "--host-capacity", "6e5", "--block-size", "16"], "--block-size 512 only"),
+])
+def test_trace_host_tier_bad_options(argv, message, capsys):
+    assert main(["hitrate", "--trace", "conversation", "--requests", "5", "--capacity", "3e5", *argv]) == 2
+    assert message in capsys.readouterr().err

@@ -257,3 +257,64 @@ def test_grouped_bars():
     plt.close(fig)
     with pytest.raises(ValueError, match="empty"):
         grouped_bars({})
+
+
+# ------------------------------------------------------------------------------- a reader's classes
+# Chapters 01-03 write their own pool and tree in cells tagged "build"; the pictures draw those
+# too (duck typing). The reader's classes are taken from the chapters themselves.
+
+
+def chapter_classes(chapter: str) -> dict:
+    from test_build_cells_vs_exercises import build_source
+
+    namespace: dict = {}
+    exec(compile(build_source(chapter), f"{chapter} build cells", "exec"), namespace)
+    return namespace
+
+
+def labels(dot: str) -> list[str]:
+    """The node labels of a radix picture, without the node names (ids differ between classes)."""
+    return sorted(re.sub(r'tooltip="[^"]*"', "", s.split(" ", 1)[1]) for s in node_statements(dot).values())
+
+
+def test_draw_radix_draws_a_readers_tree_as_the_package_tree():
+    RadixTree = chapter_classes("03_radix_tree")["RadixTree"]
+    trees = RadixTree(), RadixCache()
+    for tree in trees:
+        tree.insert([1, 2, 3, 4, 5], [10, 11, 12, 13, 14])
+        tree.insert([1, 2, 3, 9, 9], [10, 11, 12, 20, 21])
+        _, node = tree.match_prefix([1, 2, 3, 4, 7])
+        tree.inc_lock_ref(node)
+    mine, theirs = (draw_radix(t, show_match=False, show_split=False).source for t in trees)
+    assert len(node_statements(mine)) == 5      # root, [1, 2, 3], [4], [5], [9, 9]
+    assert labels(mine) == labels(theirs)       # same boxes: tokens, slots, locks, clocks, colours
+    assert mine.count(COLORS["protected_fill"]) == theirs.count(COLORS["protected_fill"]) >= 2
+    assert "evictable 3 · protected 4 · total 7 tokens" in mine
+    assert "last match path" in theirs and "last match path" not in mine   # nothing to highlight
+    assert len(edges(mine)) == 4
+    trees[0].evict(10)                           # no eviction record on a reader's tree: no ghosts
+    assert COLORS["evicted"] not in "".join(node_statements(draw_radix(trees[0]).source).values())
+
+
+def test_draw_block_pool_draws_a_readers_pools():
+    PrefixCache = chapter_classes("02_prefix_cache_hashed_blocks")["PrefixCache"]
+    pools = PrefixCache(4, 2), PrefixCachingBlockPool(4, 2)
+    for pool in pools:
+        blocks = pool.allocate(3)
+        pool.cache_blocks([1, 2, 3, 4, 5], blocks, num_computed=5)
+        pool.free(blocks)
+        pool.touch(pool.lookup([1, 2, 3, 4, 9]))
+        pool.free([0, 1])
+        assert pool.allocate(3) == [3, 2, 1]
+    mine, theirs = (draw_block_pool(p).source for p in pools)
+    assert queue_in_picture(mine) == queue_in_picture(theirs) == [0]
+    assert "3 in use · 1 cached and free · 0 empty · 1 hash cached" in mine
+    assert f"evicted {short_hash(pools[0].last_evicted[0][1])}" in mine
+
+    MyBlockPool = chapter_classes("01_paged_block_pool")["MyBlockPool"]
+    pool = MyBlockPool(8)
+    pool.allocate(3)
+    dot = draw_block_pool(pool, block_tables={"a": [0, 1, 2]}).source
+    assert queue_in_picture(dot) == [3, 4, 5, 6, 7] and "tokens each" not in dot
+    assert "3 in use · 5 free" in dot and "ref 1" in dot and dot.count(">free<") == 5 + 1   # + legend
+    assert "hash" not in dot and "empty" not in dot       # a pool without a cache shows no cache

@@ -225,20 +225,52 @@ def test_cache_key_salting():
 
 def test_kv_cache_events():
     """From vLLM's ``test_kv_cache_events``: one BlockStored per allocation (parent None at the start),
-    one BlockRemoved per evicted block."""
+    one BlockRemoved per evicted block, hashes published as the int of their low 64 bits."""
     pool = PrefixCachingBlockPool(3, BLOCK, vllm=True)
     events = []
     pool.subscribe(events.append)
     req0 = Request(list(range(2 * BLOCK + 5)))
     allocate_slots(pool, req0, len(req0.token_ids))
     assert len(events) == 1 and isinstance(events[0], BlockStored)
-    assert events[0].block_hashes == chain(pool, req0.token_ids) and events[0].parent_block_hash is None
+    published = [int.from_bytes(h, "big") % 2**64 for h in chain(pool, req0.token_ids)]
+    assert events[0].block_hashes == published and events[0].parent_block_hash is None
     assert events[0].token_ids == req0.token_ids[:2 * BLOCK]
     pool.free(req0.blocks)
     req1 = Request([99] * 3 * BLOCK)
     allocate_slots(pool, req1, 3 * BLOCK)  # takes the partial block, then evicts the two cached ones
-    removed = [e for e in events if isinstance(e, BlockRemoved)]
-    assert [h for e in removed for h in e.block_hashes] == chain(pool, req0.token_ids)[::-1]
+    removed = [e.block_hashes for e in events if isinstance(e, BlockRemoved)]
+    assert removed == [[h] for h in published[::-1]]
+
+
+def test_kv_event_hashes_are_the_low_64_bits_as_int(monkeypatch):
+    """vLLM 0.33's ``maybe_convert_block_hash`` under ``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES`` (its
+    default, 1): the int of the digest's low 64 bits; with the option off, the digest itself. The
+    value below is vLLM's, computed with its ``vllm.utils.hashing.sha256`` on the same block."""
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+    none_hash.cache_clear()
+    try:
+        for int_hashes, expected in [(True, VLLM_FIRST_BLOCK_PUBLISHED), (False, bytes.fromhex(VLLM_FIRST_BLOCK))]:
+            pool = PrefixCachingBlockPool(2, 4, vllm=True, int_event_hashes=int_hashes)
+            events = []
+            pool.subscribe(events.append)
+            pool.cache_blocks([1, 2, 3, 4], pool.allocate(1), 4)
+            assert events[0].block_hashes == [expected]
+            assert pool.event_hash(pool.block_hashes([1, 2, 3, 4])[0]) == expected
+    finally:
+        none_hash.cache_clear()
+
+
+def test_kv_event_extra_keys_are_untagged():
+    """vLLM 0.33 hashes tagged extra keys but publishes them untagged (``to_event_extra_keys``): the
+    LoRA name (not its path), ``(identifier, offset)`` per image, the bare salt; ``lora_name`` too."""
+    pool = PrefixCachingBlockPool(4, 4, vllm=True)
+    events = []
+    pool.subscribe(events.append)
+    pool.cache_blocks([1, 2, 3, 4, 5, 6, 7, 8], pool.allocate(2), 8, lora_id=("a", "/p"), cache_salt="s",
+                      mm_inputs=[("img", 1, 2)])
+    (stored,) = events
+    assert stored.extra_keys == [("a", ("img", 1), "s"), ("a",)]
+    assert stored.lora_name == "a"
 
 
 def test_duplicates_need_counting_consumers():
@@ -254,7 +286,8 @@ def test_duplicates_need_counting_consumers():
     pool.free(b)
     pool.allocate(3)  # evicts a only
     counts = Counter()
-    assert replay(events, counts) == set(pool.hash_to_block) == set(pool.block_hashes([5, 6]))
+    assert replay(events, counts) == {pool.event_hash(h) for h in pool.hash_to_block} == \
+        {pool.event_hash(h) for h in pool.block_hashes([5, 6])}
     assert replay(events) == set()  # the set consumer lost it
 
 
@@ -297,20 +330,58 @@ def test_free_blocks_prepends_hashless_blocks_as_a_list():
 
 
 def test_none_hash(monkeypatch):
-    """From vLLM's ``test_none_hash`` (``init_none_hash``): PYTHONHASHSEED set -> hash_fn(seed); unset ->
-    a fixed default for sha256 (vLLM since PR #51875), 32 random bytes for xxhash."""
+    """From vLLM's ``test_none_hash`` (``init_none_hash``, ``resolve_none_hash_seed``): PYTHONHASHSEED
+    set -> hash_fn(seed); unset -> hash_fn("vllm-none-hash") for sha256 (vLLM since PR #51875),
+    hash_fn(32 random bytes as hex) for xxhash, drawn once per process."""
     none_hash.cache_clear()
     monkeypatch.setenv("PYTHONHASHSEED", "python hash seed")
     assert none_hash("sha256") == make_hash_function("sha256", vllm=True)("python hash seed")
     none_hash.cache_clear()
     monkeypatch.delenv("PYTHONHASHSEED")
-    assert none_hash("sha256") == none_hash("sha256", "nano_engine NONE_HASH")  # fixed default
+    assert none_hash("sha256") == make_hash_function("sha256", vllm=True)("vllm-none-hash")  # fixed default
     random_start = none_hash("xxhash")
-    assert isinstance(random_start, bytes) and len(random_start) == 32
+    assert isinstance(random_start, bytes) and len(random_start) == 16  # an XXH3-128 digest of the seed
     assert none_hash("xxhash") is random_start  # once per process
     none_hash.cache_clear()
     assert none_hash("xxhash") != random_start
     none_hash.cache_clear()
+
+
+# Computed with vLLM 0.33.0's own functions (``vllm/utils/hashing.py``: ``sha256``, ``sha256_cbor``,
+# with cbor2) on the same inputs: NONE_HASH = hash_fn("vllm-none-hash"), then the first block of
+# [1, 2, 3, 4] without and with extra keys, tagged as ``generate_block_hash_extra_keys`` tags them.
+VLLM_NONE_HASH = {"sha256": "066b1e8987e027138e98701c46128929378935f9b6cd1549105ae6b4f0d71198",
+                  "sha256_cbor": "9bd96a485ad84efdafb72ee48a1d7a69bcead0f8f0433173941b276b9581eef0"}
+VLLM_FIRST_BLOCK = "52a7f141c60918f65779927090482b5a24adbe68c8613a211a1eb4e3edd9361a"
+VLLM_FIRST_BLOCK_PUBLISHED = 1882140585328457242  # maybe_convert_block_hash of the above
+VLLM_FIRST_BLOCK_LORA_SALT = "7d750e5d839b491d6826821c108332e3e5e99b8ab4438958bd65da7f7ca25c2a"
+VLLM_FIRST_BLOCK_CBOR_LORA_MM_SALT = "ed8515ae1a76ca655e2d684fd87fdc16e0e44decefa90c1684ea2df4966e651a"
+
+
+@pytest.mark.parametrize("algo", ["sha256", "sha256_cbor"])
+def test_none_hash_is_vllms_byte_for_byte(monkeypatch, algo):
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+    none_hash.cache_clear()
+    try:
+        assert none_hash(algo).hex() == VLLM_NONE_HASH[algo]
+    finally:
+        none_hash.cache_clear()
+
+
+def test_block_hashes_are_vllms_byte_for_byte(monkeypatch):
+    """The same prompt, LoRA (name, path), salt and image give vLLM 0.33's block hashes exactly:
+    ``("lora", name, path)``, ``("mm", identifier, offset)``, ``("cache_salt", salt)``, tagged."""
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+    none_hash.cache_clear()
+    try:
+        sha = PrefixCachingBlockPool(2, 4, vllm=True)
+        assert sha.block_hashes([1, 2, 3, 4])[0].hex() == VLLM_FIRST_BLOCK
+        assert sha.block_hashes([1, 2, 3, 4], lora_id=("a", "/p"), cache_salt="s")[0].hex() == VLLM_FIRST_BLOCK_LORA_SALT
+        cbor = PrefixCachingBlockPool(2, 4, vllm=True, hash_algo="sha256_cbor")
+        assert cbor.block_hashes([1, 2, 3, 4], lora_id=("a", "/p"), cache_salt="s",
+                                 mm_inputs=[("img", 1, 2)])[0].hex() == VLLM_FIRST_BLOCK_CBOR_LORA_MM_SALT
+    finally:
+        none_hash.cache_clear()
 
 
 @pytest.mark.parametrize("algo, size", [("sha256", 32), ("sha256_cbor", 32), ("xxhash", 16), ("xxhash_cbor", 16)])

@@ -306,6 +306,33 @@ def test_prediction_reveals_the_answer_beside_the_guess():
     assert "Predict: How many tokens will hit?" in p._repr_mimebundle_()["text/plain"]
 
 
+def test_prediction_run_all_keeps_the_answer_folded_until_a_guess_or_a_click():
+    # Run All: the question is displayed, nobody types, the reveal cell runs right after.
+    p = predict("How many tokens will hit?")
+    box = p.widget
+    typed, answer = box.children[1].children
+    revealed = p.reveal(480)
+    # headless text (nbclient output, static pages) still states the answer ...
+    assert revealed == "How many tokens will hit? Answer: 480 (no prediction typed)."
+    bundle = revealed._repr_mimebundle_()
+    assert bundle["text/plain"] == revealed
+    assert "application/vnd.jupyter.widget-view+json" in bundle  # ... a live frontend renders the widget
+    # ... whose answer is folded under "Show answer" (a <details> that is not open)
+    assert answer.value.startswith("<details") and "<summary>Show answer</summary>" in answer.value
+    assert "<details open" not in answer.value and not typed.disabled
+    # typing a prediction afterwards opens the comparison and freezes the guess
+    typed.value = "500"
+    assert answer.value == "<b>You predicted 500; answer: 480 (off by 20).</b>" and typed.disabled
+    assert "details" not in answer.value
+
+
+def test_prediction_reveal_without_a_displayed_question_builds_the_answer_line():
+    revealed = predict("Ratio?").reveal(0.26)
+    bundle = revealed._repr_mimebundle_()
+    assert bundle["text/plain"] == "Ratio? Answer: 0.26 (no prediction typed)."
+    assert "Show answer" in revealed.prediction._output.value
+
+
 def test_prediction_headless_and_non_numeric():
     assert predict("Which hits more?", answer="radix").reveal() == "Which hits more? Answer: radix (no prediction typed)."
     assert Prediction("Which?", guess="blocks").reveal("radix") == "Which? You predicted blocks; answer: radix."
@@ -314,3 +341,89 @@ def test_prediction_headless_and_non_numeric():
         predict("Ratio?").reveal()
     with pytest.raises(ValueError, match="question must be a non-empty string"):
         predict("  ")
+
+
+# ------------------------------------------------------------------------------- without a kernel
+
+
+def frame_parts(page: str) -> list[dict[str, str]]:
+    """Each frame of a static stepper: its narration, hit rate and diagram, as HTML."""
+    import re
+
+    frames = re.findall(r'<div class="nano-stepper-frame" data-index="(\d+)"( hidden)?>(.*?)</div></div>'
+                        r'(?=<div class="nano-stepper-frame"|<script>)', page, flags=re.S)
+    parts = []
+    for index, hidden, body in frames:
+        narration, rest = body.split('<div class="nano-stepper-hit-rate">', 1)
+        hit_rate, diagram = rest.split('<div class="nano-stepper-diagram">', 1)
+        parts.append({"index": index, "hidden": hidden, "narration": narration, "hit_rate": hit_rate,
+                      "diagram": diagram})
+    return parts
+
+
+@pytest.mark.parametrize("make", [
+    lambda: RadixStepper(SPLIT_WHILE_LOCKED, capacity=6, concurrent=2),
+    lambda: BlockPoolStepper([[1, 2, 3, 4, 5], [1, 2, 3, 4, 9], [7, 7, 7, 7, 7]], num_blocks=4, block_size=2),
+], ids=["radix", "block_pool"])
+def test_static_html_holds_every_step_as_the_widget_shows_it(make):
+    stepper = make()
+    stepper.go_to(2)  # exporting starts from an empty cache and leaves the stepper where it stands
+    page = stepper.to_html()
+    assert stepper.index == 2
+    states = run_all(make())
+    frames = frame_parts(page)
+    assert [int(f["index"]) for f in frames] == list(range(stepper.num_steps + 1))
+    assert [bool(f["hidden"]) for f in frames] == [False] + [True] * stepper.num_steps  # the start shows first
+    for frame, state in zip(frames, states, strict=True):
+        assert html.escape(state.narration) in frame["narration"]
+        assert f"step {state.index} / {state.num_steps}" in frame["narration"]
+        assert html.escape(state.hit_rate_text()) in frame["hit_rate"]
+        assert f"width: {(state.hit_rate or 0):.1%}" in frame["hit_rate"]
+        assert frame["diagram"].lstrip().startswith("<svg") or "DOT source" in frame["diagram"]
+    assert len({f["diagram"] for f in frames}) > 1
+    for handle in ("back", "step", "reset", "slider"):
+        assert f'class="nano-stepper-{handle}"' in page
+    assert f'max="{stepper.num_steps}"' in page
+    assert "http" not in page.split("<script>")[1]  # the script loads nothing
+
+
+def test_static_mode_renders_html_instead_of_widgets(monkeypatch):
+    stepper = RadixStepper([[1, 2, 3], [1, 2, 4]])
+    prediction = predict("How many tokens will hit?")
+    assert "application/vnd.jupyter.widget-view+json" in stepper._repr_mimebundle_()
+    monkeypatch.setenv("NANO_ENGINE_STATIC_HTML", "1")
+    bundle = stepper._repr_mimebundle_()
+    assert set(bundle) == {"text/html", "text/plain"} and bundle["text/html"] == stepper.to_html()
+    bundle = prediction._repr_mimebundle_()
+    assert set(bundle) == {"text/html", "text/plain"}
+    assert "How many tokens will hit?" in bundle["text/html"] and "<input" in bundle["text/html"]
+    assert prediction.reveal(3) == "How many tokens will hit? Answer: 3 (no prediction typed)."
+
+    from nano_engine.notebook.exercises import check_button
+
+    shown = check_button(23)._repr_html_()  # no buttons to press without a kernel: the commands instead
+    assert "python practice/judge.py start 23" in shown and "python practice/judge.py test 23" in shown
+
+def test_radix_stepper_runs_a_readers_tree():
+    """``make_tree`` steps a tree written in chapter 03's build cells: the same script, the same
+    hits, the same evictions as the package's tree; narrated from returns (it has no events)."""
+    from test_build_cells_vs_exercises import build_source
+
+    namespace: dict = {}
+    exec(compile(build_source("03_radix_tree"), "chapter 03 build cells", "exec"), namespace)
+    own = RadixStepper(SPLIT_WHILE_LOCKED, capacity=6, concurrent=2, make_tree=namespace["RadixTree"])
+    pkg = RadixStepper(SPLIT_WHILE_LOCKED, capacity=6, concurrent=2)
+    mine, theirs = run_all(own), run_all(pkg)
+    assert [s.kind for s in mine] == [s.kind for s in theirs]
+    assert [(s.hits, s.queries) for s in mine] == [(s.hits, s.queries) for s in theirs]
+    assert all(s.events == () for s in mine)
+    narrations = [s.narration for s in mine[1:]]
+    assert narrations[4] == "r2: lock: 5 tokens evictable → protected"
+    assert narrations[7] == "r3: lock: already protected"          # the front inherited r2's lock
+    assert narrations[10] == "r2: the tree holds 7 > 6 tokens; evict 1 token: slots 5"
+    assert "evict leaf [9] (slots 5)" in theirs[11].narration        # the package evicts the same
+    assert own.go_to(3) == mine[3] and own.back() == mine[2]         # replay works on it too
+    assert own.go_to(own.num_steps) == mine[-1]
+    assert own.tree.total_size() == pkg.tree.total_size() == 6 and own.tree.root.lock_ref == 1
+    with pytest.raises(ValueError, match="page_size=1"):
+        RadixStepper(SPLIT_WHILE_LOCKED, page_size=2, make_tree=namespace["RadixTree"])

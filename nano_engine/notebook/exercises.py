@@ -185,8 +185,16 @@ def check_button(number: int | str, *, file: str | Path | None = None, workspace
     ``result`` (an HTML widget) attributes let code drive it (``box.check_button.click()``)."""
     import ipywidgets as widgets
 
+    from nano_engine.notebook.widgets import static_html
+
     judge = _judge()
     ex = judge.get_exercise(str(number))
+    if static_html():  # a page with no kernel (the book): say how to check it locally instead
+        from IPython.display import HTML
+        return HTML(f"<div class='nano-check' style='color:#57606a'>Check your solution in a clone: "
+                    f"<code>python practice/judge.py start {_esc(ex.number)}</code>, edit the file it creates, "
+                    f"then <code>python practice/judge.py test {_esc(ex.number)}</code> "
+                    f"(or this button in JupyterLab).</div>")
     target = Path(file) if file is not None else ex.workspace_file(judge.workspace_dir(
         str(workspace) if workspace is not None else None))
     run_button = widgets.Button(description="Run examples", icon="play", tooltip="test_example* only")

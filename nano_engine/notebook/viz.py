@@ -16,6 +16,13 @@ The two pictures share one colour code, so a reader who learns it once reads bot
 * red, dashed: what the last eviction removed (radix leaves appear as ghosts under their old
   parent; blocks are marked where they were overwritten).
 
+Both read their structure by duck typing, so a reader's own classes written in a chapter draw too:
+``draw_block_pool`` needs ``ref_cnt`` and ``free_queue`` (``block_hash``, ``hash_to_block``,
+``block_size``, ``last_evicted`` when there); ``draw_radix`` needs ``root`` (nodes with ``key``,
+``value``, ``children``, ``parent``, ``lock_ref``, ``last_access``), ``evictable_size``,
+``protected_size`` and ``total_size()``; the package's extras (``nodes()``, node ``id``,
+``last_match_path``, ``last_split``, ``last_evicted``, ``page_size``) are used when present.
+
 ``grouped_bars`` is the one chart helper: grouped bar charts of tables such as hit rate per
 workload and method.
 """
@@ -23,7 +30,7 @@ workload and method.
 from __future__ import annotations
 
 import html
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import graphviz
@@ -186,52 +193,78 @@ def draw_radix(
     """
     if rankdir not in ("TB", "LR"):
         raise ValueError(f"rankdir must be 'TB' or 'LR', got {rankdir!r}")
-    live = list(tree.nodes())
-    live_ids = {n.id for n in live}
-    path = [n for n in tree.last_match_path if n.id in live_ids] if show_match else []
-    on_path = {n.id for n in path}
-    path_edges = {(a.id, b.id) for a, b in zip(path, path[1:])}
-    split = tree.last_split if show_split and tree.last_split is not None else None
-    split_id = split.id if split is not None and split.id in live_ids else None
+    live = _radix_nodes(tree)
+    nid = _node_ids(live)
+    live_ids = {nid(n) for n in live}
+    path = [n for n in getattr(tree, "last_match_path", []) if nid(n) in live_ids] if show_match else []
+    on_path = {nid(n) for n in path}
+    path_edges = {(nid(a), nid(b)) for a, b in zip(path, path[1:])}
+    split = getattr(tree, "last_split", None) if show_split else None
+    split_id = nid(split) if split is not None and nid(split) in live_ids else None
 
     g = _digraph("radix", rankdir, None)
     for node in live:
-        g.node(f"n{node.id}", **_radix_node_style(tree, node, tokenizer, max_tokens,
-                                                    on_path=node.id in on_path,
-                                                    split=node.id == split_id))
+        g.node(f"n{nid(node)}", **_radix_node_style(tree, node, tokenizer, max_tokens,
+                                                       on_path=nid(node) in on_path,
+                                                       split=nid(node) == split_id))
         if node.parent is not None:
-            edge = (node.parent.id, node.id)
+            edge = (nid(node.parent), nid(node))
             if edge in path_edges:
                 g.edge(f"n{edge[0]}", f"n{edge[1]}", color=COLORS["match"], penwidth="2.6")
             else:
                 g.edge(f"n{edge[0]}", f"n{edge[1]}")
 
     ghosts = _evicted_with_parents(tree) if show_evicted else []
-    ghost_ids = {n.id for n, _ in ghosts}
+    ghost_ids = {nid(n) for n, _ in ghosts}
     for node, parent in ghosts:
-        g.node(f"n{node.id}", **_ghost_style(node, tokenizer, max_tokens))
-        if parent.id in live_ids or parent.id in ghost_ids:
-            g.edge(f"n{parent.id}", f"n{node.id}", color=COLORS["evicted"], style="dashed",
+        g.node(f"n{nid(node)}", **_ghost_style(node, tokenizer, max_tokens))
+        if nid(parent) in live_ids or nid(parent) in ghost_ids:
+            g.edge(f"n{nid(parent)}", f"n{nid(node)}", color=COLORS["evicted"], style="dashed",
                    arrowhead="none")
 
     if legend:
         sizes = (f"evictable {tree.evictable_size} · protected {tree.protected_size} · "
                  f"total {tree.total_size()} tokens")
-        if tree.page_size > 1:
+        if getattr(tree, "page_size", 1) > 1:
             sizes += f" · page size {tree.page_size}"
-        g.attr(label=_legend_row([
+        swatches = [
             _swatch("protected (lock > 0)", COLORS["protected_fill"], COLORS["protected"]),
             _swatch("evictable (lock 0)", COLORS["evictable_fill"], COLORS["evictable"]),
-            _swatch("last match path", "white", COLORS["match"], width=2),
-            _swatch("made by last split", "white", COLORS["split"], width=2),
-            _swatch("evicted", "white", COLORS["evicted"], style="dashed"),
-        ], caption=sizes))
+        ]
+        if hasattr(tree, "last_match_path"):  # a reader's tree keeps no record of its last operations
+            swatches += [
+                _swatch("last match path", "white", COLORS["match"], width=2),
+                _swatch("made by last split", "white", COLORS["split"], width=2),
+                _swatch("evicted", "white", COLORS["evicted"], style="dashed"),
+            ]
+        g.attr(label=_legend_row(swatches, caption=sizes))
     return g
 
 
 def _evicted_with_parents(tree: RadixCache) -> list[tuple[Node, Node]]:
     """The last eviction's nodes, each with the parent it was removed from."""
-    return list(zip(tree.last_evicted, tree.last_evicted_parents))
+    return list(zip(getattr(tree, "last_evicted", []), getattr(tree, "last_evicted_parents", [])))
+
+
+def _node_ids(live: list[Node]) -> Callable[[Node], int]:
+    """Node -> its name in the picture: the package's ``id`` field; for a reader's tree, whose
+    nodes have none, the node's place in a walk of the live tree (stable for equal trees)."""
+    if all(getattr(n, "id", None) is not None for n in live):
+        return lambda n: n.id
+    order = {id(n): i for i, n in enumerate(live)}
+    return lambda n: order.get(id(n), -1)
+
+
+def _radix_nodes(tree: RadixCache) -> list[Node]:
+    """Every node, root first: ``tree.nodes()`` when the tree has it, else a walk from ``root``."""
+    if hasattr(tree, "nodes"):
+        return list(tree.nodes())
+    out, stack = [], [tree.root]
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        stack.extend(reversed(list(node.children.values())))
+    return out
 
 
 def _radix_node_style(tree: RadixCache, node: Node, tokenizer: Tokenizer | None, max_tokens: int,
@@ -257,7 +290,7 @@ def _radix_node_style(tree: RadixCache, node: Node, tokenizer: Tokenizer | None,
     elif on_path and node is not tree.root:
         border, penwidth = COLORS["match"], "2.6"
     return {"label": _label(lines), "shape": "box", "style": "rounded,filled", "fillcolor": fill,
-            "color": border, "penwidth": penwidth, "tooltip": f"node {node.id}"}
+            "color": border, "penwidth": penwidth, "tooltip": f"node {getattr(node, 'id', '')}"}
 
 
 def _ghost_style(node: Node, tokenizer: Tokenizer | None, max_tokens: int) -> dict[str, str]:
@@ -269,7 +302,7 @@ def _ghost_style(node: Node, tokenizer: Tokenizer | None, max_tokens: int) -> di
     ]
     return {"label": _label(lines), "shape": "box", "style": "rounded,dashed,filled",
             "fillcolor": "white", "color": COLORS["evicted"], "penwidth": "1.6",
-            "tooltip": f"evicted node {node.id}"}
+            "tooltip": f"evicted node {getattr(node, 'id', '')}"}
 
 
 # ------------------------------------------------------------------------------- block pool
@@ -296,26 +329,33 @@ def draw_block_pool(
     """
     if per_row < 1:
         raise ValueError(f"per_row must be >= 1, got {per_row}")
-    evicted = dict(pool.last_evicted) if show_evicted else {}
+    evicted = dict(getattr(pool, "last_evicted", [])) if show_evicted else {}
+    num_blocks = len(pool.ref_cnt)
+    hash_to_block: Mapping[Hashable, int] = getattr(pool, "hash_to_block", {})
+    block_size = getattr(pool, "block_size", None)
+    caching = hasattr(pool, "block_hash")  # chapter 01's pool caches nothing: no hash table to draw
     g = _digraph("block_pool", "TB", None)
     g.attr(nodesep="0.5", ranksep="0.45")
     g.attr("node", shape="plaintext", margin="0")
 
     # The blocks, in id order, as rows of cells (a picture of memory).
     rows = []
-    for start in range(0, pool.num_blocks, per_row):
-        cells = "".join(_block_cell(pool, b, evicted.get(b), tokenizer, max_tokens)
-                        for b in range(start, min(start + per_row, pool.num_blocks)))
+    for start in range(0, num_blocks, per_row):
+        cells = "".join(_block_cell(pool, b, evicted.get(b), tokenizer, max_tokens, caching)
+                        for b in range(start, min(start + per_row, num_blocks)))
         rows.append(f"<TR>{cells}</TR>")
     title = (f'<TD ROWSPAN="{len(rows)}" VALIGN="MIDDLE">{_font("blocks", 10, COLORS["muted"], bold=True)}'
-             f'<BR/>{_font(f"{pool.block_size} tokens each", 9, COLORS["muted"])}</TD>')
+             + (f'<BR/>{_font(f"{block_size} tokens each", 9, COLORS["muted"])}' if block_size else "")
+             + '</TD>')
     rows[0] = rows[0].replace("<TR>", "<TR>" + title, 1)
     g.node("blocks", label=f'<<TABLE BORDER="0" CELLSPACING="4" CELLPADDING="0">{"".join(rows)}</TABLE>>')
 
     # The hash table: one column per entry (plus struck-through ones just evicted), pointing at blocks.
-    entries = [(h, b, False) for h, b in pool.hash_to_block.items()]
+    entries = [(h, b, False) for h, b in hash_to_block.items()]
     entries += [(h, b, True) for b, h in evicted.items()]
-    if entries:
+    if not caching:
+        pass
+    elif entries:
         heads, targets = [], []
         for i, (h, b, gone) in enumerate(entries):
             color = COLORS["evicted"] if gone else COLORS["evictable"]
@@ -334,13 +374,14 @@ def draw_block_pool(
                 g.edge(f"hashes:h{i}:s", f"blocks:b{b}:n", color=COLORS["evictable"], penwidth="1")
     else:
         g.node("hashes", label=_label([_font("hash → block: (empty)", 10, COLORS["muted"], bold=True)]))
-    g.edge("hashes", "blocks", style="invis")
+    if caching:
+        g.edge("hashes", "blocks", style="invis")
 
     # The free queue, head (reused first) to tail.
     queue = list(pool.free_queue)
     queue_cells = []
     for b in queue:
-        cached = pool.block_hash[b] is not None
+        cached = _hash_of(pool, b) is not None
         fill = COLORS["evictable_fill"] if cached else COLORS["empty_fill"]
         border = COLORS["evictable"] if cached else COLORS["empty"]
         queue_cells.append(f'<TD BORDER="1" COLOR="{border}" BGCOLOR="{fill}" CELLPADDING="4" WIDTH="24">'
@@ -361,12 +402,18 @@ def draw_block_pool(
                                f'{_font("block tables", 10, COLORS["muted"], bold=True)}</TD></TR>{table_rows}</TABLE>>')
         g.edge("blocks", "tables", style="invis")
 
-    if legend:
+    if legend and not caching:
         in_use = sum(1 for c in pool.ref_cnt if c > 0)
-        cached_free = sum(1 for b in queue if pool.block_hash[b] is not None)
+        g.attr(label=_legend_row([
+            _swatch("in use (ref count)", COLORS["protected_fill"], COLORS["protected"], "solid"),
+            _swatch("free", COLORS["empty_fill"], COLORS["empty"], "solid"),
+        ], caption=f"{in_use} in use · {len(queue)} free"))
+    elif legend:
+        in_use = sum(1 for c in pool.ref_cnt if c > 0)
+        cached_free = sum(1 for b in queue if _hash_of(pool, b) is not None)
         sizes = (f"{in_use} in use · {cached_free} cached and free · "
-                 f"{len(queue) - cached_free} empty · {len(pool.hash_to_block)} "
-                 f"hash{'es' * (len(pool.hash_to_block) != 1)} cached")
+                 f"{len(queue) - cached_free} empty · {len(hash_to_block)} "
+                 f"hash{'es' * (len(hash_to_block) != 1)} cached")
         g.attr(label=_legend_row([
             _swatch("in use (ref count)", COLORS["protected_fill"], COLORS["protected"], "solid"),
             _swatch("cached, free (hash)", COLORS["evictable_fill"], COLORS["evictable"], "solid"),
@@ -377,14 +424,14 @@ def draw_block_pool(
 
 
 def _block_cell(pool: PrefixCachingBlockPool, b: int, evicted_hash: Hashable | None,
-                tokenizer: Tokenizer | None, max_tokens: int) -> str:
-    ref, h = pool.ref_cnt[b], pool.block_hash[b]
+                tokenizer: Tokenizer | None, max_tokens: int, caching: bool = True) -> str:
+    ref, h = pool.ref_cnt[b], _hash_of(pool, b)
     if ref > 0:
         fill, border, state = COLORS["protected_fill"], COLORS["protected"], f"ref {ref}"
     elif h is not None:
         fill, border, state = COLORS["evictable_fill"], COLORS["evictable"], "free"
     else:
-        fill, border, state = COLORS["empty_fill"], COLORS["empty"], "empty"
+        fill, border, state = COLORS["empty_fill"], COLORS["empty"], "empty" if caching else "free"
     lines = [_font(f"block {b}", 11, bold=True), _font(state, 9, COLORS["text"])]
     if h is not None:
         lines.append(_font(short_hash(h), 9, COLORS["evictable"], MONO))
@@ -392,7 +439,7 @@ def _block_cell(pool: PrefixCachingBlockPool, b: int, evicted_hash: Hashable | N
         if entry is not None and entry[b] is not None:
             lines.append(_font(_esc(format_tokens(entry[b].token_ids, tokenizer, max_tokens, 14)), 9,
                                COLORS["muted"], None if tokenizer else MONO))
-    else:
+    elif caching:
         lines.append(_font("no hash", 9, COLORS["ghost_text"]))
     width = "1"
     if evicted_hash is not None:
@@ -401,6 +448,12 @@ def _block_cell(pool: PrefixCachingBlockPool, b: int, evicted_hash: Hashable | N
     inner = "".join(f"<TR><TD>{line}</TD></TR>" for line in lines)
     return (f'<TD PORT="b{b}" BORDER="{width}" COLOR="{border}" BGCOLOR="{fill}" CELLPADDING="5" '
             f'WIDTH="78"><TABLE BORDER="0" CELLSPACING="0" CELLPADDING="1">{inner}</TABLE></TD>')
+
+
+def _hash_of(pool: PrefixCachingBlockPool, b: int) -> Hashable | None:
+    """Block ``b``'s hash, or None; a pool without hashes (chapter 01's) caches nothing."""
+    hashes = getattr(pool, "block_hash", None)
+    return None if hashes is None else hashes[b]
 
 
 # ------------------------------------------------------------------------------- charts

@@ -33,13 +33,15 @@ last token, a radix tree matches the whole prompt), shown under the narration as
 
 :func:`predict` is the other half of "predict, then run": a question the reader answers in a
 text box before an experiment, and whose ``reveal(answer)`` shows the measured answer beside the
-guess afterwards (headless, with nobody typing, it just states the answer).
+guess afterwards. In a live notebook the answer stays folded until the reader types a guess or
+clicks "Show answer", so "Run All" does not give it away; headless, it just states the answer.
 """
 
 from __future__ import annotations
 
 import heapq
 import html
+import os
 import re
 from abc import ABC, abstractmethod
 from collections import deque
@@ -64,6 +66,12 @@ from nano_engine.prefix_cache import PrefixCachingBlockPool
 from nano_engine.radix import RadixCache
 
 Request = str | Sequence[int]
+
+
+def static_html() -> bool:
+    """Whether widgets render as static HTML: ``NANO_ENGINE_STATIC_HTML=1``, which ``make book`` sets
+    for the kernels that execute its pages (no kernel behind them afterwards); else live ipywidgets."""
+    return os.environ.get("NANO_ENGINE_STATIC_HTML") == "1"
 
 
 @dataclass(frozen=True)
@@ -181,13 +189,48 @@ class _Stepper(ABC):
         return self._draw(self._run, self._last)
 
     def _refresh(self) -> None:
-        last = self._last
-        narration = last.narration if last else self._intro()
-        self._state = StepperState(self.index, self.num_steps, last.kind if last else None,
-                                   narration, self.diagram().source, last.events if last else (),
-                                   *self._run.hit_counts())
+        self._state = self._state_of(self._run, self.index, self._last)
         if self._widget is not None:
             self._update_widget()
+
+    def _state_of(self, run: Any, index: int, last: Step | None) -> StepperState:
+        narration = last.narration if last else self._intro()
+        return StepperState(index, self.num_steps, last.kind if last else None, narration,
+                            self._draw(run, last).source, last.events if last else (), *run.hit_counts())
+
+    # -- without a kernel ---------------------------------------------------------------------
+
+    def frames(self) -> Iterator[tuple[StepperState, graphviz.Digraph]]:
+        """Every state from the start to the last step, with its diagram, on a fresh cache of its own."""
+        run, index = self._new_run(), 0
+        yield self._state_of(run, 0, None), self._draw(run, None)
+        for step in run.steps():
+            index += 1
+            yield self._state_of(run, index, step), self._draw(run, step)
+
+    def to_html(self) -> str:
+        """The stepper as one self-contained HTML component that needs no kernel and no network.
+
+        Every frame (narration, running hit rate, diagram as inline SVG) is in the page; Back, Step,
+        Reset and a slider show one at a time, with a few lines of plain JavaScript. Static renderings
+        of a notebook (the book) show this where JupyterLab shows the live widget.
+        """
+        frames = [f'<div class="nano-stepper-frame" data-index="{state.index}"{"" if state.index == 0 else " hidden"}>'
+                  f'<div class="nano-stepper-narration">{_narration_html(state)}</div>'
+                  f'<div class="nano-stepper-hit-rate">{_hit_rate_html(state)}</div>'
+                  f'<div class="nano-stepper-diagram">{_svg_or_source(diagram)}</div></div>'
+                  for state, diagram in self.frames()]
+        button = ('<button type="button" class="nano-stepper-{0}" title="{1}" style="min-width: 80px; padding: 3px 10px; '
+                  'white-space: nowrap; border: 1px solid #9e9e9e; border-radius: 3px; background: #f5f5f5; '
+                  'cursor: pointer">{2}</button>')
+        controls = (button.format("back", "undo the last step", "◀ Back")
+                    + button.format("step", "perform the next operation", "Step ▶")
+                    + button.format("reset", "back to an empty cache", "↺ Reset")
+                    + f'<input type="range" class="nano-stepper-slider" min="0" max="{self.num_steps}" value="0" '
+                      f'aria-label="step" style="width: 300px">')
+        return ('<div class="nano-stepper nano-stepper-static" style="margin: 0.5em 0">'
+                f'<div style="display: flex; gap: 6px; align-items: center">{controls}</div>'
+                f'{"".join(frames)}<script>{_STEPPER_JS}</script></div>')
 
     # -- the widget ---------------------------------------------------------------------------
 
@@ -200,6 +243,8 @@ class _Stepper(ABC):
         return self._widget
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None, **kwargs: Any) -> Any:
+        if static_html():
+            return {"text/html": self.to_html(), "text/plain": f"{type(self).__name__}: {self.state.narration}"}
         return self.widget._repr_mimebundle_(include=include, exclude=exclude, **kwargs)
 
     def _build_widget(self) -> Any:
@@ -233,16 +278,8 @@ class _Stepper(ABC):
         self._slider.value = state.index  # re-enters go_to with the same index: a no-op
         self._back.disabled = state.index == 0
         self._next.disabled = state.index == state.num_steps
-        where = f"step {state.index} / {state.num_steps}" + (f" · {state.kind}" if state.kind else "")
-        self._narration.value = (f'<div style="font-family: sans-serif; line-height: 1.4">'
-                                 f'<span style="color: #6b6b6b">{where}</span><br>'
-                                 f'<b>{html.escape(state.narration)}</b></div>')
-        rate = state.hit_rate or 0.0
-        self._hit_rate.value = (f'<div style="font-family: sans-serif; display: flex; align-items: center; gap: 8px">'
-                                f'<div style="width: 160px; height: 10px; background: #e8e8e8">'
-                                f'<div class="nano-hit-rate-fill" style="width: {rate:.1%}; height: 100%; background: #4c9a2a">'
-                                f'</div></div>'
-                                f'<span>{html.escape(state.hit_rate_text())}</span></div>')
+        self._narration.value = _narration_html(state)
+        self._hit_rate.value = _hit_rate_html(state)
         self._picture.value = _svg_or_source(self.diagram())
 
     # -- for subclasses ----------------------------------------------------------------------
@@ -258,6 +295,41 @@ class _Stepper(ABC):
     @abstractmethod
     def _intro(self) -> str:
         """The narration before the first step."""
+
+
+def _narration_html(state: StepperState) -> str:
+    where = f"step {state.index} / {state.num_steps}" + (f" · {state.kind}" if state.kind else "")
+    return (f'<div style="font-family: sans-serif; line-height: 1.4; min-height: 2.6em">'
+            f'<span style="color: #6b6b6b">{where}</span><br>'
+            f'<b>{html.escape(state.narration)}</b></div>')
+
+
+def _hit_rate_html(state: StepperState) -> str:
+    rate = state.hit_rate or 0.0
+    return (f'<div style="font-family: sans-serif; display: flex; align-items: center; gap: 8px">'
+            f'<div style="width: 160px; height: 10px; background: #e8e8e8">'
+            f'<div class="nano-hit-rate-fill" style="width: {rate:.1%}; height: 100%; background: #4c9a2a">'
+            f'</div></div>'
+            f'<span>{html.escape(state.hit_rate_text())}</span></div>')
+
+
+# The static stepper's behaviour: show frame i of the component this script ends.
+_STEPPER_JS = """(function (root) {
+  var frames = root.querySelectorAll('.nano-stepper-frame'), slider = root.querySelector('.nano-stepper-slider');
+  var last = frames.length - 1, at = 0;
+  function show(i) {
+    at = Math.max(0, Math.min(last, i));
+    frames.forEach(function (f, j) { f.hidden = j !== at; });
+    slider.value = at;
+    root.querySelector('.nano-stepper-back').disabled = at === 0;
+    root.querySelector('.nano-stepper-step').disabled = at === last;
+  }
+  root.querySelector('.nano-stepper-back').onclick = function () { show(at - 1); };
+  root.querySelector('.nano-stepper-step').onclick = function () { show(at + 1); };
+  root.querySelector('.nano-stepper-reset').onclick = function () { show(0); };
+  slider.oninput = function () { show(+slider.value); };
+  show(0);
+})(document.currentScript.parentElement);"""
 
 
 def _svg_or_source(g: graphviz.Digraph) -> str:
@@ -332,11 +404,17 @@ class _RadixRun:
     """One pass of the radix script over a fresh tree."""
 
     def __init__(self, requests: list[list[int]], page_size: int, capacity: int | None,
-                 concurrent: int, tokenizer: Tokenizer | None) -> None:
+                 concurrent: int, tokenizer: Tokenizer | None,
+                 make_tree: Callable[[], Any] | None = None) -> None:
         self.requests, self.capacity, self.concurrent = requests, capacity, concurrent
         self.tokenizer = tokenizer
         self.events: list[tuple[str, dict]] = []
-        self.tree = RadixCache(page_size, on_event=self.events.append)
+        # A reader's own tree (make_tree) reports no events: its steps are narrated from what
+        # its methods return and from its two sizes instead.
+        self.plain = make_tree is not None
+        self.tree = make_tree() if make_tree is not None else RadixCache(page_size, on_event=self.events.append)
+        self.page_size = page_size
+        self._note = ""
         self.slots = _SlotAllocator(page_size)
         self.matched: dict[int, tuple[list[int], Any]] = {}  # request -> (hit slots, node it locked)
         self.hits = self.queries = 0
@@ -350,10 +428,13 @@ class _RadixRun:
     def _perform(self, kind: str, i: int, action: Callable[[], tuple[str, str] | None]) -> Step:
         """Run ``action`` and narrate the events it caused, between the two notes it returns."""
         first = len(self.events)
+        sizes = (self.tree.evictable_size, self.tree.protected_size)
         before, after = action() or ("", "")
         events = self.events[first:]
         evictions = [data for k, data in events if k == "evict"]
         parts = [before, *(self._narrate(e) for e in events if e[0] != "evict")]
+        if self.plain:
+            parts.append(self._plain_narration(kind, sizes))
         if len(evictions) == 1:
             parts.append(f"evict leaf {self._leaf(evictions[0])}, the least recently used")
         elif evictions:
@@ -372,6 +453,7 @@ class _RadixRun:
             self.matched[i] = self.tree.match_prefix(tokens)
             self.hits += len(self.matched[i][0])
             self.queries += len(tokens)
+            self._note = f"match {len(self.matched[i][0])} of {_count(len(tokens), 'token')}"
 
         yield self._perform("match", i, match)
         node = self.matched[i][1]
@@ -381,12 +463,14 @@ class _RadixRun:
     def _finish(self, i: int) -> Iterator[Step]:
         tokens = self.requests[i]
         hit, node = self.matched.pop(i)
-        stored = len(tokens) - len(tokens) % self.tree.page_size
+        stored = len(tokens) - len(tokens) % self.page_size
 
         def insert() -> tuple[str, str]:
             # The request computed KV for everything past its hit, in slots of its own.
             value = hit + self.slots.take(stored - len(hit))
             cached = self.tree.insert(tokens[:stored], value)
+            self._note = (f"insert: first {_count(cached, 'token')} already cached" if cached
+                          else f"insert: {_count(stored, 'token')}, none cached before")
             duplicates = value[len(hit):cached]  # another request stored these tokens meanwhile
             self.slots.give_back(duplicates)
             note = f"frees its duplicate slots {format_slots(duplicates)}" if duplicates else ""
@@ -400,12 +484,25 @@ class _RadixRun:
         if capacity is not None and over > 0:
             def evict() -> tuple[str, str]:
                 total = self.tree.total_size()
-                self.slots.give_back(self.tree.evict(over))
+                freed = self.tree.evict(over)
+                self.slots.give_back(freed)
+                self._note = f"evict {_count(len(freed), 'token')}: slots {format_slots(freed)}"
                 short = "" if self.tree.total_size() <= capacity else \
                     f"the rest is locked: the tree stays {self.tree.total_size() - capacity} over"
                 return f"the tree holds {total} > {capacity} tokens", short
 
             yield self._perform("evict", i, evict)
+
+    def _plain_narration(self, kind: str, sizes: tuple[int, int]) -> str:
+        """What a tree without events did, read from its returns and its two sizes."""
+        if kind in ("lock", "unlock"):
+            moved = abs(self.tree.protected_size - sizes[1])
+            if not moved:
+                return f"{kind}: " + ("already protected" if kind == "lock" else "still protected by another request")
+            arrow = "evictable → protected" if kind == "lock" else "protected → evictable"
+            return f"{kind}: {_count(moved, 'token')} {arrow}"
+        note, self._note = self._note, ""
+        return note
 
     def _narrate(self, event: tuple[str, dict]) -> str:
         kind, data = event
@@ -451,6 +548,8 @@ class RadixStepper(_Stepper):
             ``None``: never evict.
         tokenizer: decodes token runs in the diagram and narration (and encodes text requests).
         concurrent: how many requests run at once (1: one after the other).
+        make_tree: builds a fresh tree of your own (any class with the ``RadixCache`` methods and
+            sizes, e.g. the one a chapter writes); narrated from its returns, as it has no events.
 
     Two requests at a time: r2 holds [1 .. 5] locked when r3 splits it.
 
@@ -466,12 +565,16 @@ class RadixStepper(_Stepper):
     """
 
     def __init__(self, requests: Sequence[Request], page_size: int = 1, capacity: int | None = None,
-                 tokenizer: Tokenizer | None = None, *, concurrent: int = 1) -> None:
+                 tokenizer: Tokenizer | None = None, *, concurrent: int = 1,
+                 make_tree: Callable[[], Any] | None = None) -> None:
         if capacity is not None and (not isinstance(capacity, int) or capacity < 0):
             raise ValueError(f"capacity must be an int >= 0 or None, got {capacity!r}")
+        if make_tree is not None and page_size != 1:
+            raise ValueError("make_tree: a tree of your own is stepped with page_size=1 only")
         self.requests = encode_requests(requests, tokenizer)
         self.page_size, self.capacity, self.tokenizer = page_size, capacity, tokenizer
         self.concurrent = _check_concurrent(concurrent)
+        self.make_tree = make_tree
         RadixCache(page_size)  # checks page_size before anything runs
         super().__init__()
 
@@ -481,7 +584,8 @@ class RadixStepper(_Stepper):
         return self._run.tree
 
     def _new_run(self) -> _RadixRun:
-        return _RadixRun(self.requests, self.page_size, self.capacity, self.concurrent, self.tokenizer)
+        return _RadixRun(self.requests, self.page_size, self.capacity, self.concurrent, self.tokenizer,
+                         self.make_tree)
 
     def _draw(self, run: _RadixRun, step: Step | None) -> graphviz.Digraph:
         # Highlight what this step did: the walk of a match or insert, the leaves of an eviction.
@@ -650,9 +754,18 @@ class Prediction:
     """A question for the reader to answer before running an experiment.
 
     Display it (it is the last expression of a cell, or ``display(p)``): a text box under the
-    question. After the experiment, ``p.reveal(answer)`` puts the answer beside the guess in the
-    widget and returns the same comparison as text, so that a headless run, where nobody types,
-    still shows the answer.
+    question. After the experiment, ``p.reveal(answer)`` returns a :class:`Revealed`, the
+    comparison of guess and answer as text; display it (last expression, or ``display(...)``;
+    never ``print``, which would show the answer at once).
+
+    How much shows depends on who is looking, so that "Run All" does not give the answer away:
+
+    * a live notebook (widgets render): the answer stays folded under "Show answer" until the
+      reader types a prediction (Enter) or clicks "Show answer"; a guess typed before the
+      experiment ran is compared at once;
+    * a headless run (nbclient, ``nbconvert --execute``) or a page rendered without widgets: the
+      output's text is the whole comparison, answer included; a page rendered with the saved
+      widget state shows the folded answer, which a click opens (no kernel needed).
 
     >>> p = Prediction("How many tokens will hit?")
     >>> p.reveal(480)
@@ -662,12 +775,15 @@ class Prediction:
     'How many tokens will hit? You predicted 300; answer: 480 (off by 180).'
     """
 
+    WAITING = "<i>run the experiment below to see the answer</i>"
+
     def __init__(self, question: str, answer: Any = None, guess: str = "") -> None:
         if not isinstance(question, str) or not question.strip():
             raise ValueError(f"question must be a non-empty string, got {question!r}")
         self.question, self.answer = question, answer
         self._guess = guess
         self._widget: Any = None
+        self._revealed: Any = None  # the answer once reveal() ran (None before)
         self._result = ""
 
     @property
@@ -675,38 +791,88 @@ class Prediction:
         """What the reader typed (stripped); "" when nothing was typed."""
         return (self._input.value if self._widget is not None else self._guess).strip()
 
-    def reveal(self, answer: Any = None) -> str:
+    def reveal(self, answer: Any = None) -> Revealed:
         """Compare the guess with ``answer`` (default: the one given to the constructor)."""
         answer = self.answer if answer is None else answer
         if answer is None:
             raise ValueError("answer is missing: pass reveal(answer) or Prediction(..., answer=...)")
-        shown = _format_answer(answer)
+        self._revealed = answer
+        self._sync()
+        return Revealed(f"{self.question} {self._result}", self)
+
+    def _compare(self) -> str:
+        shown = _format_answer(self._revealed)
         if not self.guess:
-            self._result = f"Answer: {shown} (no prediction typed)."
-        else:
-            self._result = f"You predicted {self.guess}; answer: {shown}{_miss(self.guess, answer)}."
-        if self._widget is not None:
+            return f"Answer: {shown} (no prediction typed)."
+        return f"You predicted {self.guess}; answer: {shown}{_miss(self.guess, self._revealed)}."
+
+    def _sync(self, *_: Any) -> None:
+        """Bring the result (and the widget, if shown) up to date with the guess and the answer."""
+        if self._revealed is None:
+            return
+        self._result = self._compare()
+        if self._widget is None:
+            return
+        if self.guess:  # the reader has committed to a prediction: compare openly
             self._output.value = f"<b>{html.escape(self._result)}</b>"
             self._input.disabled = True
-        return f"{self.question} {self._result}"
+        else:  # Run All, nobody typed: fold the answer away, a click (or a typed guess) opens it
+            self._output.value = (f"<details class='nano-predict-fold'><summary>Show answer</summary>"
+                                  f"<b>{html.escape(self._result)}</b> "
+                                  f"<i>(or type your prediction and press Enter)</i></details>")
 
     @property
     def widget(self) -> Any:
         if self._widget is None:
             import ipywidgets as w
 
-            self._input = w.Text(value=self._guess, placeholder="your prediction", layout=w.Layout(width="180px"))
+            self._input = w.Text(value=self._guess, placeholder="your prediction", continuous_update=False,
+                                 layout=w.Layout(width="180px"))
             self._input.add_class("nano-predict-input")
-            self._output = w.HTML(value="<i>run the experiment below to see the answer</i>")
+            self._output = w.HTML(value=self.WAITING)
             self._output.add_class("nano-predict-answer")
             label = w.HTML(value=f"<b>Predict:</b> {html.escape(self.question)}")
             self._widget = w.VBox([label, w.HBox([self._input, self._output])])
             self._widget.add_class("nano-predict")
+            self._input.observe(self._sync, names="value")  # a guess typed after the run opens the answer
+            self._sync()
         return self._widget
 
+    def to_html(self) -> str:
+        """The question with a plain text box, for pages with no kernel (the answer is printed after the experiment)."""
+        return ('<div class="nano-predict nano-predict-static" style="font-family: sans-serif; margin: 0.5em 0">'
+                f'<b>Predict:</b> {html.escape(self.question)}<br>'
+                '<input type="text" placeholder="your prediction" aria-label="your prediction" style="width: 180px"> '
+                '<i class="nano-predict-answer">then read the answer under the experiment below</i></div>')
+
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None, **kwargs: Any) -> Any:
+        if static_html():
+            return {"text/html": self.to_html(), "text/plain": f"Predict: {self.question}"}
         bundle = self.widget._repr_mimebundle_(include=include, exclude=exclude, **kwargs)
         bundle["text/plain"] = f"Predict: {self.question} (type your answer in the box)"  # where widgets do not render
+        return bundle
+
+
+class Revealed(str):
+    """The text ``Prediction.reveal`` returns: the whole comparison, answer included.
+
+    Displayed in a notebook, a frontend that renders widgets shows the prediction's answer line
+    (folded while no guess was typed); one that does not (a headless run's saved output, a static
+    page) shows this text.
+    """
+
+    prediction: Prediction
+
+    def __new__(cls, text: str, prediction: Prediction) -> Revealed:
+        self = super().__new__(cls, text)
+        self.prediction = prediction
+        return self
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None, **kwargs: Any) -> Any:
+        p = self.prediction
+        p.widget  # noqa: B018 - builds the answer line if the question was never displayed
+        bundle = p._output._repr_mimebundle_(include=include, exclude=exclude, **kwargs)
+        bundle["text/plain"] = str(self)
         return bundle
 
 

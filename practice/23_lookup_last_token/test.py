@@ -52,6 +52,15 @@ def test_empty_prompt_is_an_error():
     raise AssertionError("num_tokens=0 should raise ValueError")
 
 
+def test_negative_token_count_is_an_error():
+    for bad in (-1, -5):
+        try:
+            got = longest_cache_hit(["h0"], {"h0": 7}, num_tokens=bad, block_size=4)
+        except ValueError:
+            continue
+        raise AssertionError(f"num_tokens={bad} should raise ValueError, got {got!r}")
+
+
 def test_arguments_are_not_modified():
     hashes, table = ["h0", "h1"], {"h0": 7, "h1": 3}
     longest_cache_hit(hashes, table, num_tokens=8, block_size=4)

@@ -124,6 +124,7 @@ def test_zero_is_a_hash_like_any_other():
     consumer.apply(BlockStored(block_hashes=[2], parent_block_hash=0, token_ids=[7, 7], block_size=2,
                                lora_id=None, extra_keys=[None]))
     assert consumer.match([1, 2, 7, 7]) == 4, "block [7, 7] was stored after the block with hash 0"
+    assert consumer.match([7, 7]) == 0, "its parent is the block with hash 0, not the sequence start"
 
 
 def test_removed_block_breaks_the_chain():
@@ -158,6 +159,16 @@ def test_unknown_removal_is_ignored():
     assert consumer.match(PROMPT) == 0
     consumer.apply(stored(PROMPT, 2, 0, 1))
     assert consumer.match(PROMPT) == 8, "a hash removed once more than stored is not owed a removal"
+
+
+def test_removing_more_than_was_stored_owes_nothing():
+    hashes = chain(PROMPT, 2)
+    consumer = view_of(BlockRemoved([hashes[0]]))          # removed before it was ever stored
+    consumer.apply(stored(PROMPT, 2))
+    assert consumer.match(PROMPT) == 8, "a removal of a hash the view did not hold is ignored"
+    consumer.apply(BlockRemoved([hashes[1], hashes[1], hashes[1]]))   # held once, removed three times
+    consumer.apply(stored(PROMPT, 2, 1, 2))
+    assert consumer.match(PROMPT) == 8 and hashes[1] in consumer.cached_hashes, "stored again: held again"
 
 
 def test_all_blocks_cleared():

@@ -145,7 +145,8 @@ def test_finished_request_bad_input_changes_nothing():
     cache = PagedRadixCache(2)
     cache.insert([1, 2], [1, 2])
     for args in (([1, 2, 3], [1, 2]), ([1, 2, 3, 4], [1, 2, 3, 4], 1), ([1, 2, 3, 4], [1, 2, 3, 4], 6),
-                 ([1, 2, 3, 4, 5], [1, 2, 3, 4, 5], -2), ([1, 2, 3, 4, 5], [1, 2, 3, 4, 5], 2.0)):
+                 ([1, 2, 3, 4, 5], [1, 2, 3, 4, 5], -2), ([1, 2, 3, 4, 5], [1, 2, 3, 4, 5], 2.0),
+                 ([1, 2, 3, 4, 5], [1, 2, 3, 4, 5], 6)):     # 5 tokens hold 2 whole pages: at most 4
         tokens, slots = args[0], args[1]
         num_prefix = args[2] if len(args) > 2 else 0
         assert raises_value_error(lambda t=tokens, s=slots, p=num_prefix: cache.cache_finished(t, s, p)), f"cache_finished{args}"

@@ -67,6 +67,12 @@ def test_custom_thresholds():
         "a", "b", "c", "d"], "cached length 1 > check_threshold 0: nobody is checked"
 
 
+def test_check_threshold_zero_still_checks_uncached_requests():
+    waiting = [("a", [1, 2, 3, 9]), ("b", [1, 2, 3, 8]), ("d", [5])]
+    assert lpm_order(waiting, nothing_cached, deprioritize_threshold=3, check_threshold=0) == ["a", "d", "b"], (
+        "nothing cached: 0 <= check_threshold 0, so b is checked and waits for a")
+
+
 def test_small_deprioritize_thresholds():
     lengths = {1: 0, 2: 10, 3: 50}
     waiting = [("a", [1, 5]), ("b", [2, 6]), ("c", [3, 7])]
@@ -166,6 +172,9 @@ def test_default_fcfs_threshold_is_128():
 
 def test_bad_input():
     assert raises_value_error(lambda: lpm_order([("a", [1]), ("a", [2])], nothing_cached)), "id listed twice"
+    for fcfs in (0, 1):
+        assert raises_value_error(lambda fcfs=fcfs: lpm_order([("a", [1]), ("a", [2])], nothing_cached,
+                                                              fcfs_threshold=fcfs)), f"id listed twice, fcfs_threshold={fcfs}"
     assert raises_value_error(lambda: lpm_order([("a", [1])], nothing_cached, fcfs_threshold=-1))
     assert raises_value_error(lambda: lpm_order([("a", [1])], nothing_cached, fcfs_threshold=2.5))
 

@@ -1,0 +1,50 @@
+"""Every citation of vLLM / SGLang code in the chapters, modules and exercise statements is in the
+register (notebooks/citations.toml), so that `make check-citations` checks it against its release.
+Offline: the online check itself needs the network and is not part of `make test`."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "notebooks"))
+import check_citations as cc  # noqa: E402
+
+
+def test_every_citation_is_registered():
+    missing = cc.missing_from_register()
+    assert not missing, ("citations not in notebooks/citations.toml (add these entries; "
+                         "`python notebooks/check_citations.py --missing` prints them):\n"
+                         + cc.as_toml(list(missing)) + "\ncited in: "
+                         + "; ".join(f"{c.path}::{c.symbol} in {w[0]}" for c, w in missing.items()))
+
+
+def test_the_chapters_cite_symbols_and_pin_releases():
+    found = cc.scan()
+    assert sum(1 for c in found if c.symbol) >= 20, "the chapters should cite symbols as path::symbol"
+    releases, _ = cc.load_register()
+    assert releases["vllm"]["package"] == "vllm==0.33.0" and releases["sglang"]["package"] == "sglang==0.5.23"
+
+
+def test_parse_recognises_the_citation_forms():
+    text = ("see `vllm/v1/core/block_pool.py::BlockPool.touch` and `python/sglang/srt/mem_cache/radix_cache.py`, "
+            "not `nano_engine/radix.py` nor `BlockPool`")
+    assert cc.parse(text) == [cc.Citation("vllm", "vllm/v1/core/block_pool.py", "BlockPool.touch"),
+                              cc.Citation("sglang", "python/sglang/srt/mem_cache/radix_cache.py", None)]
+
+
+def test_definition_checks():
+    source = "class A:\n    def b(self):\n        pass\nX = 1\nY: int = 2\n"
+    assert cc.defines(source, "m.py", "A.b") and cc.defines(source, "m.py", "X") and cc.defines(source, "m.py", "Y")
+    assert not cc.defines(source, "m.py", "A.c") and not cc.defines(source, "m.py", "b")
+    rust = "impl CacheAwarePolicy {\n    fn select_worker(&self) {}\n}\npub struct CliArgs {}\n"
+    assert cc.defines(rust, "x.rs", "select_worker") and cc.defines(rust, "x.rs", "CliArgs")
+    assert not cc.defines(rust, "x.rs", "get_smallest_tenant")
+
+
+def test_a_register_entry_must_name_a_known_release(tmp_path):
+    bad = tmp_path / "c.toml"
+    bad.write_text('[releases.vllm]\nkind = "wheel"\npackage = "vllm==0.33.0"\n\n'
+                   '[[cite]]\nproject = "sglang"\npath = "python/sglang/x.py"\nsymbols = []\n')
+    with pytest.raises(ValueError, match="no \\[releases\\] entry"):
+        cc.load_register(bad)

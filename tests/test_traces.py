@@ -1,0 +1,292 @@
+"""Mooncake's traces through the real caches, checked against brute-force counts made from the ids."""
+
+import gzip
+import json
+from collections import OrderedDict
+
+import pytest
+
+from nano_engine.__main__ import main
+from nano_engine.traces import (
+    TOKENS_PER_ID,
+    Trace,
+    TraceError,
+    TraceReplay,
+    format_results,
+    load_trace,
+    parse_tokens,
+    replay_trace,
+    request_tokens,
+)
+
+SLICE = 300
+
+
+@pytest.fixture(scope="module", params=["conversation", "synthetic"])
+def trace(request) -> Trace:
+    return load_trace(request.param)[:SLICE]
+
+
+def common_ids(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def brute_force_unlimited(trace: Trace, block_size: int) -> int:
+    """Hit tokens of an unlimited cache, from the ids alone: each request against every earlier one.
+
+    At 512 a request hits ``min(512 k, input_length)``, k its longest run of leading ids seen before.
+    With tokens, an earlier request R cached its full blocks, so it serves the common tokens
+    ``min(512 k, len R, len)`` (no match goes into a differing id) rounded down to blocks, and the
+    engine serves at most ``len - 1`` tokens, in whole blocks.
+    """
+    total = 0
+    for i, r in enumerate(trace.requests):
+        earlier = trace.requests[:i]
+        if block_size == TOKENS_PER_ID:
+            k = max((common_ids(r.hash_ids, e.hash_ids) for e in earlier), default=0)
+            total += min(TOKENS_PER_ID * k, r.input_length)
+        else:
+            common = max((min(TOKENS_PER_ID * common_ids(r.hash_ids, e.hash_ids), e.input_length, r.input_length)
+                          for e in earlier), default=0)
+            total += min(common // block_size, (r.input_length - 1) // block_size) * block_size
+    return total
+
+
+def brute_force_lru_blocks(trace: Trace, capacity_blocks: int) -> int:
+    """The chapter's pool at 512, as a plain LRU of id-prefixes: hits leave the LRU while in use,
+    misses take never-used blocks first, then evict the oldest; the request's blocks return
+    last block first (so a prefix's first block is the newest)."""
+    lru: OrderedDict[tuple[int, ...], None] = OrderedDict()
+    total = 0
+    for r in trace.requests:
+        if len(r.hash_ids) > capacity_blocks:    # larger than the whole cache: rejected
+            continue
+        prefixes = [r.hash_ids[:j + 1] for j in range(len(r.hash_ids))]
+        k = 0
+        while k < len(prefixes) and prefixes[k] in lru:
+            k += 1
+        for p in prefixes[:k]:
+            del lru[p]
+        need = len(prefixes) - k
+        never_used = capacity_blocks - k - len(lru)
+        for _ in range(max(0, need - never_used)):
+            lru.popitem(last=False)
+        for p in reversed(prefixes):
+            lru[p] = None
+        total += min(TOKENS_PER_ID * k, r.input_length)
+    return total
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def test_shipped_traces_load_with_the_readme_figures():
+    conversation, synthetic = load_trace("conversation"), load_trace("synthetic")
+    assert (len(conversation), len(synthetic)) == (12031, 3993)
+    assert round(conversation.input_tokens / len(conversation)) == 12035
+    assert round(synthetic.input_tokens / len(synthetic)) == 15325
+    assert conversation.requests[0].hash_ids[:1] == (0,)
+    assert conversation[:10].name == "conversation" and len(conversation[:10]) == 10
+
+
+def write_lines(path, lines, compress=True):
+    data = "".join(line + "\n" for line in lines).encode()
+    path.write_bytes(gzip.compress(data) if compress else data)
+    return path
+
+
+GOOD = json.dumps({"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]})
+
+
+@pytest.mark.parametrize("bad_line, fragment", [
+    ("{not json", "not JSON"),
+    ("[1, 2]", "expected a JSON object"),
+    (json.dumps({"timestamp": 0, "input_length": 600, "output_length": 5}), "no 'hash_ids'"),
+    (json.dumps({"timestamp": 0, "input_length": -3, "output_length": 5, "hash_ids": []}), "input_length must be an integer >= 0"),
+    (json.dumps({"timestamp": 0, "input_length": 600, "output_length": -1, "hash_ids": [1, 2]}), "output_length"),
+    (json.dumps({"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, "x"]}), "hash_ids must be"),
+    (json.dumps({"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1]}), "expected 2"),
+    (json.dumps({"timestamp": "soon", "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}), "timestamp"),
+])
+def test_a_bad_line_is_named_by_file_and_line(tmp_path, bad_line, fragment):
+    path = write_lines(tmp_path / "bad.jsonl.gz", [GOOD, GOOD, bad_line, GOOD])
+    with pytest.raises(TraceError, match=fragment) as error:
+        load_trace(path)
+    assert f"{path}: line 3:" in str(error.value)
+
+
+def test_plain_jsonl_and_blank_lines(tmp_path):
+    path = write_lines(tmp_path / "mine.jsonl", [GOOD, "", GOOD], compress=False)
+    trace = load_trace(path)
+    assert trace.name == "mine" and len(trace) == 2 and trace.requests[0].hash_ids == (1, 2)
+
+
+def test_missing_file_and_empty_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.jsonl"):
+        load_trace(tmp_path / "nope.jsonl")
+    with pytest.raises(FileNotFoundError, match="conversation, synthetic"):
+        load_trace("conversations")
+    with pytest.raises(TraceError, match="no request"):
+        load_trace(write_lines(tmp_path / "empty.jsonl.gz", []))
+
+
+def test_a_cut_short_gzip_is_an_error_not_a_shorter_trace(tmp_path):
+    data = (load_trace.__globals__["trace_path"]("synthetic")).read_bytes()
+    path = tmp_path / "cut.jsonl.gz"
+    path.write_bytes(data[:len(data) // 2])
+    with pytest.raises(TraceError, match="cut short or corrupt") as error:
+        load_trace(path)
+    assert str(path) in str(error.value) and "line" in str(error.value)
+
+
+# ----------------------------------------------------------------------------- ids -> tokens
+
+
+def test_tokens_agree_exactly_as_far_as_the_ids_do(trace):
+    reqs = trace.requests[:60]
+    tokens = [request_tokens(r, 16) for r in reqs]
+    for r, t in zip(reqs, tokens):
+        assert len(t) == r.input_length and all(0 <= x < 256 for x in t[:1000])
+        assert request_tokens(r) == list(r.hash_ids)
+    for i in range(len(reqs)):
+        for j in range(i):
+            a, b = reqs[i], reqs[j]
+            k = common_ids(a.hash_ids, b.hash_ids)
+            same = min(TOKENS_PER_ID * k, a.input_length, b.input_length)
+            common = next((n for n, (x, y) in enumerate(zip(tokens[i], tokens[j])) if x != y),
+                          min(len(tokens[i]), len(tokens[j])))
+            assert same <= common < same + 8      # never a whole 8-token group into a different id
+
+
+def test_block_size_must_divide_512(trace):
+    with pytest.raises(ValueError, match="divide 512"):
+        request_tokens(trace.requests[0], 24)
+
+
+# ----------------------------------------------------------------------------- replay
+
+
+@pytest.mark.parametrize("block_size", [512, 16])
+@pytest.mark.parametrize("cache", ["hashed", "vllm", "radix"])
+def test_unlimited_replay_equals_the_brute_force_count(trace, cache, block_size):
+    replay = TraceReplay(cache, None, block_size, trace=trace)
+    for r in trace:
+        replay.serve(r)
+    replay.check_no_leaks()
+    result = replay.result(trace.name)
+    assert result.hit_tokens == brute_force_unlimited(trace, block_size)
+    assert (result.requests, result.rejected, result.input_tokens) == (len(trace), 0, trace.input_tokens)
+
+
+@pytest.mark.parametrize("capacity", [64 * TOKENS_PER_ID, 400 * TOKENS_PER_ID, 1000 * TOKENS_PER_ID])
+def test_bounded_pool_equals_a_brute_force_lru_and_vllm_mode_agrees(trace, capacity):
+    """At 512 every block is full and cached, so vLLM's free order (hash-less blocks first) never
+    applies and no duplicate is ever cached: vLLM mode must give the chapter's pool's hits."""
+    expected = brute_force_lru_blocks(trace, capacity // TOKENS_PER_ID)
+    for cache in ("hashed", "vllm"):
+        replay = TraceReplay(cache, capacity, trace=trace)
+        for r in trace:
+            replay.serve(r)
+            if replay.requests % 50 == 0:
+                replay.check_no_leaks()
+        replay.check_no_leaks()
+        assert replay.hit_tokens == expected, cache
+
+
+@pytest.mark.parametrize("cache", ["hashed", "vllm", "radix"])
+@pytest.mark.parametrize("block_size", [512, 16])
+def test_bounded_replays_stay_consistent_and_within_capacity(trace, cache, block_size):
+    capacity = 200_000
+    replay = TraceReplay(cache, capacity, block_size, trace=trace[:120])
+    unlimited = replay_trace(trace[:120], cache, None, block_size=block_size)
+    for i, r in enumerate(trace.requests[:120]):
+        replay.serve(r)
+        if i % 10 == 0:
+            replay.check_no_leaks()
+    replay.check_no_leaks()
+    assert 0 < replay.hit_tokens <= unlimited.hit_tokens
+
+
+@pytest.mark.parametrize("cache", ["hashed", "radix"])
+def test_a_request_larger_than_the_cache_is_rejected_and_changes_nothing(trace, cache):
+    capacity = 8 * TOKENS_PER_ID
+    replay = TraceReplay(cache, capacity)
+    too_big = [r for r in trace if len(r.hash_ids) > 8]
+    assert too_big
+    for r in trace:
+        before = replay.hit_tokens
+        assert (replay.serve(r) is None) == (r in too_big)
+        if r in too_big:
+            assert replay.hit_tokens == before
+    replay.check_no_leaks()
+    assert replay.rejected == len(too_big) and replay.requests == len(trace)
+
+
+def test_token_level_replay_is_close_to_the_512_one(trace):
+    for cache in ("hashed", "radix"):
+        coarse = replay_trace(trace, cache, 1_000_000).hit_rate
+        fine = replay_trace(trace, cache, 1_000_000, block_size=16).hit_rate
+        assert abs(coarse - fine) < 0.01, (cache, coarse, fine)
+
+
+def test_bad_replay_arguments():
+    with pytest.raises(ValueError, match="cache must be"):
+        TraceReplay("lru", None)
+    with pytest.raises(ValueError, match="holds no block"):
+        TraceReplay("hashed", 100)
+    with pytest.raises(ValueError, match="sized from the trace"):
+        TraceReplay("hashed", None)
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+@pytest.mark.parametrize("text, value", [("4096", 4096), ("1e6", 1_000_000), ("2.5e6", 2_500_000), ("inf", None)])
+def test_parse_tokens(text, value):
+    assert parse_tokens(text) == value
+
+
+def test_hitrate_json_matches_the_library(capsys):
+    argv = ["hitrate", "--trace", "synthetic", "--requests", "200", "--cache", "hashed", "radix",
+            "--capacity", "1e6", "inf", "--json"]
+    assert main(argv) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    trace = load_trace("synthetic")[:200]
+    expected = [replay_trace(trace, c, cap).as_dict() for c in ("hashed", "radix") for cap in (1_000_000, None)]
+    assert records == expected
+    for record in records:
+        assert {"capacity_tokens", "hit_rate", "hit_tokens", "input_tokens", "requests", "rejected"} <= record.keys()
+
+
+def test_hitrate_table_and_plot(capsys, tmp_path):
+    figure = tmp_path / "curve.png"
+    argv = ["hitrate", "--trace", "conversation", "--requests", "100", "--capacity", "1e6", "inf",
+            "--plot", str(figure)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    trace = load_trace("conversation")[:100]
+    table = format_results([replay_trace(trace, c, cap) for c in ("hashed", "radix") for cap in (1_000_000, None)])
+    assert table in out and "unlimited" in out
+    assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("argv, fragments", [
+    (["--json"], ["--json", "--trace"]),
+    (["--capacity", "inf"], ["inf", "--trace"]),
+    (["--trace", "synthetic", "--capacity", "1e6", "lots"], ["--capacity lots"]),
+    (["--trace", "synthetic", "--block-size", "24"], ["divide 512"]),
+    (["--trace", "synthetic", "--capacity", "100"], ["--capacity 100", "no block"]),
+    (["--trace", "/nonexistent/t.jsonl"], ["/nonexistent/t.jsonl"]),
+    (["--trace", "synthetic", "--requests", "0"], ["--requests"]),
+])
+def test_hitrate_trace_refuses_bad_values_in_one_line(capsys, argv, fragments):
+    assert main(["hitrate", *argv]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and len(captured.err.strip().splitlines()) == 1
+    for fragment in fragments:
+        assert fragment in captured.err
