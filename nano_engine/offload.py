@@ -40,7 +40,7 @@ from __future__ import annotations
 import enum
 from collections import OrderedDict
 from collections.abc import Collection, Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from nano_engine.cache_manager import HashedBlockCacheManager, PrefixMatch
 from nano_engine.host_tier import BandwidthModel, Copy, CopyEngine, HostKVPool
@@ -197,7 +197,6 @@ class TieredHashedCacheManager(HashedBlockCacheManager):
         self._loading: list[int] = []          # device blocks a load still holds a reference on
         self._cpu_subscribers: list = []
         self.num_device_hit_tokens = self.num_host_hit_tokens = 0
-        pool.subscribe(self._on_gpu_event)
 
     def bind_kv_cache(self, kv_cache: KVCache, layerwise: bool = True) -> None:
         if self.copies.in_flight() or self.offload.blocks:
@@ -208,9 +207,24 @@ class TieredHashedCacheManager(HashedBlockCacheManager):
     def subscribe_cpu(self, callback) -> None:
         self._cpu_subscribers.append(callback)
 
-    def _on_gpu_event(self, event: KVEvent) -> None:
-        if isinstance(event, BlockStored):
-            self._offered.update(dict.fromkeys(event.block_hashes))
+    # -- what to offer: the blocks that became cached, by the pool's own hash -----------------------
+    # (not from the pool's KV events: in vLLM mode those publish a 64-bit int per hash,
+    # ``PrefixCachingBlockPool.event_hash``, which is not the key ``hash_to_block`` knows)
+
+    def allocate(self, seq: Sequence, num_tokens: int) -> bool:
+        return self._offering_new(seq, lambda: super(TieredHashedCacheManager, self).allocate(seq, num_tokens))
+
+    def cache(self, seq: Sequence, num_new_tokens: int) -> None:
+        self._offering_new(seq, lambda: super(TieredHashedCacheManager, self).cache(seq, num_new_tokens))
+
+    def _offering_new(self, seq: Sequence, register):
+        """Run ``register`` (a call that may cache ``seq``'s blocks) and offer the blocks it cached."""
+        block_hash, held = self.pool.block_hash, len(seq.block_table)
+        uncached = [b for b in seq.block_table if block_hash[b] is None]
+        result = register()
+        uncached += seq.block_table[held:]             # blocks it allocated (vLLM mode caches them at once)
+        self._offered.update(dict.fromkeys(block_hash[b] for b in uncached if block_hash[b] is not None))
+        return result
 
     def _slots(self, block: int) -> list[int]:
         bs = self.block_size
@@ -304,7 +318,11 @@ class TieredHashedCacheManager(HashedBlockCacheManager):
         return done
 
     def _publish(self) -> None:
+        """The tier's events, hashes written as the pool's own events write them (vLLM mode: the
+        64-bit ints of ``event_hash``), so a subscriber matches GPU and CPU events by one hash."""
         for event in self.offload.take_events():
+            if isinstance(event, BlockStored | BlockRemoved):
+                event = replace(event, block_hashes=[self.pool.event_hash(h) for h in event.block_hashes])
             for callback in self._cpu_subscribers:
                 callback(event)
 

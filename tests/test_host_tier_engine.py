@@ -135,3 +135,31 @@ def test_random_runs_with_failing_copies(make_engine, prompts, reference, eos, c
         CopyEngine._copy_layer = real              # type: ignore[method-assign]
     want = [reference[i] for i in chosen] * 2
     assert [outputs[r] for r in sorted(outputs)] == want
+
+
+def test_vllm_mode_stores_and_loads_back_by_the_pools_own_hashes(make_engine, prompts, eos):
+    """vLLM mode publishes each hash as a 64-bit int (``pool.event_hash``); the tier keys its
+    blocks by the pool's own hashes, so blocks are stored, found and loaded back, and the tier's
+    CPU events carry the same int form as the pool's GPU events."""
+    from nano_engine.kv_events import replay
+
+    engine = make_engine(cache="vllm", num_blocks=24, block_size=16, host_kv_tokens=4096, eos_token_id=eos,
+                         max_num_batched_tokens=256, max_num_seqs=4)
+    pool, cache = engine.cache.pool, engine.cache
+    assert pool.int_event_hashes
+    gpu_events: list = []
+    cpu_events: list = []
+    pool.subscribe(gpu_events.append)
+    cache.subscribe_cpu(cpu_events.append)
+    for p in prompts:
+        engine.generate([p], SamplingParams(max_tokens=MAX_TOKENS))
+    cache.begin_step()                       # stores are offered at the start of the next step
+    first = pool.block_hashes(prompts[0][:len(prompts[0]) // 16 * 16])
+    assert first and set(first) <= set(cache.offload.blocks)        # the pool's own keys, stored
+    assert replay(cpu_events, medium="CPU") == {pool.event_hash(k) for k in cache.offload.blocks}
+    assert all(isinstance(h, int) for e in gpu_events + cpu_events for h in getattr(e, "block_hashes", []))
+    before = cache.num_host_hit_tokens
+    for p in prompts:                                               # the device pool (24 blocks) lost them
+        engine.generate([p], SamplingParams(max_tokens=MAX_TOKENS))
+    assert cache.num_host_hit_tokens > before
+    cache.check_no_leaks()
