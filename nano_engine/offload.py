@@ -32,7 +32,10 @@ LRU (vLLM's default ``eviction_policy``; ARC is its alternative, not built here)
 * **load**: after the GPU hit, the following blocks found on the CPU are loaded for the whole
   request before its first forward (vLLM's request-level load; the request waits in
   ``WAITING_FOR_REMOTE_KVS`` there, here the load runs synchronously on CPU before the forward).
-  The new device blocks are registered in the GPU cache at once, so they count as prefix hits.
+  ``match`` only finds the CPU hit; ``can_admit`` counts its blocks as blocks to allocate, as
+  vLLM's ``allocate_slots`` counts external tokens, and ``lock`` loads it, so a request that is
+  not admitted loads, evicts and touches nothing. The new device blocks are registered in the GPU
+  cache at once, so they count as prefix hits.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ from nano_engine.host_tier import BandwidthModel, Copy, CopyEngine, HostKVPool
 from nano_engine.kv_cache import KVCache
 from nano_engine.kv_events import BlockRemoved, BlockStored, KVEvent
 from nano_engine.prefix_cache import PrefixCachingBlockPool
-from nano_engine.sequence import Sequence
+from nano_engine.sequence import CacheHandle, Sequence
 
 
 class LookupResult(enum.Enum):
@@ -171,6 +174,13 @@ class OffloadingManager:
         assert all(b.ref_cnt >= -1 for b in self.blocks.values())
 
 
+@dataclass(frozen=True)
+class HostLoad(CacheHandle):
+    """A match's CPU hit, loaded by ``lock`` (the keys of the blocks after the GPU hit)."""
+
+    keys: list[Hashable]
+
+
 class TieredHashedCacheManager(HashedBlockCacheManager):
     """``HashedBlockCacheManager`` with a CPU tier (see the module docstring).
 
@@ -246,11 +256,22 @@ class TieredHashedCacheManager(HashedBlockCacheManager):
             if self.offload.lookup(h) is not LookupResult.HIT:
                 break
             keys.append(h)
-        loaded = self._load(seq, gpu, keys, max_tokens) if keys else []
-        blocks = gpu + loaded
-        return PrefixMatch(blocks, len(blocks) * self.block_size)
+        # The CPU hit counts in the match, but its device blocks are not taken yet: can_admit counts
+        # them as blocks to allocate (vLLM's allocate_slots counts num_external_computed_tokens),
+        # and lock loads them, so a request that is not admitted loads, evicts and touches nothing.
+        return PrefixMatch(gpu, (len(gpu) + len(keys)) * self.block_size, HostLoad(keys) if keys else None)
 
-    def _load(self, seq: Sequence, gpu: list[int], keys: list[Hashable], max_tokens: int) -> list[int]:
+    def lock(self, seq: Sequence, match: PrefixMatch) -> None:
+        """Load the CPU hit onto fresh device blocks (all or nothing), then lock as the plain
+        manager does."""
+        if isinstance(match.handle, HostLoad):
+            if seq.block_table:
+                raise ValueError(f"request {seq.request_id} already holds {len(seq.block_table)} blocks")
+            loaded = self._load(seq, match.blocks, match.handle.keys)
+            match = PrefixMatch(match.blocks + loaded, (len(match.blocks) + len(loaded)) * self.block_size)
+        super().lock(seq, match)
+
+    def _load(self, seq: Sequence, gpu: list[int], keys: list[Hashable]) -> list[int]:
         """All of ``keys`` onto fresh device blocks, or nothing: pin the GPU hit while allocating
         (the free queue must not hand it out), register the new blocks in the GPU cache, queue
         the copy (started before the forward). The load holds a reference on its blocks until

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from nano_engine.kv_events import BlockRemoved, BlockStored, replay
 from nano_engine.offload import LookupResult, OffloadingManager
+from nano_engine.prefix_cache import PrefixCachingBlockPool
+from nano_engine.sampling import SamplingParams
+from nano_engine.sequence import Sequence
 
 
 def test_store_then_load_contract():
@@ -105,3 +109,57 @@ def test_against_a_brute_force_lru(ops, num_pages):
         m.check_invariants()
         assert {k: b.ref_cnt for k, b in m.blocks.items()} == dict(model)
         assert list(m.blocks) == list(model)
+
+
+def _serve(manager, request_id: int, tokens: list[int]) -> None:
+    """One request through the manager as the scheduler drives it (match, can_admit, lock,
+    allocate, compute everything, cache, free), then the next step's stores."""
+    seq = Sequence(request_id, tokens, SamplingParams())
+    match = manager.match(seq)
+    assert manager.can_admit(match, len(tokens))
+    manager.lock(seq, match)
+    assert manager.allocate(seq, len(tokens))
+    done = seq.num_computed_tokens
+    seq.num_computed_tokens = len(tokens)
+    manager.cache(seq, len(tokens) - done)
+    manager.free(seq)
+    manager.begin_step()
+
+
+@pytest.mark.parametrize("vllm", [False, True])
+def test_a_failed_admission_loads_evicts_and_touches_nothing(vllm):
+    """A CPU hit counts as device blocks to allocate in ``can_admit`` (vLLM's allocate_slots counts
+    the external tokens); a request that does not fit leaves both tiers exactly as they were,
+    and the same request admitted later loads its CPU hit."""
+    import copy
+
+    from nano_engine.offload import TieredHashedCacheManager
+
+    bs = 4
+    pool = PrefixCachingBlockPool(8, bs, vllm=vllm)
+    manager = TieredHashedCacheManager(pool, 64 * bs)
+    a, b = list(range(100, 124)), list(range(200, 232))           # 6 and 8 blocks
+    _serve(manager, 0, a)
+    _serve(manager, 1, b)                                          # a leaves the device, stays on the CPU
+    assert pool.lookup(a, max_tokens=len(a) - 1) == []
+    big = Sequence(2, a + list(range(300, 340)), SamplingParams())  # a's 6 blocks on the CPU + 10 new
+    match = manager.match(big)
+    assert match.num_tokens == 6 * bs and match.blocks == []
+    before = (list(pool.free_queue), copy.deepcopy(pool.hash_to_blocks), list(manager.offload.blocks),
+              {k: v.ref_cnt for k, v in manager.offload.blocks.items()}, manager.copies.in_flight(),
+              manager.num_host_hit_tokens)
+    assert not manager.can_admit(match, len(big.token_ids))       # 6 to load + 10 new > 8 blocks
+    after = (list(pool.free_queue), copy.deepcopy(pool.hash_to_blocks), list(manager.offload.blocks),
+             {k: v.ref_cnt for k, v in manager.offload.blocks.items()}, manager.copies.in_flight(),
+             manager.num_host_hit_tokens)
+    assert after == before
+    small = Sequence(3, a + [7], SamplingParams())                 # fits: its CPU hit is loaded at lock
+    match = manager.match(small)
+    assert manager.can_admit(match, len(small.token_ids))
+    manager.lock(small, match)
+    assert manager.num_host_hit_tokens == len(a) and small.num_computed_tokens == len(a)
+    assert manager.allocate(small, len(small.token_ids))
+    manager.copies.drain()
+    manager.free(small)
+    manager.begin_step()
+    manager.check_no_leaks()
