@@ -278,3 +278,45 @@ def test_random_operations_keep_invariants_and_bytes(policy, device_pages, host_
         assert h.tree.protected_size == 0
     finally:
         CopyEngine._copy_layer = real             # type: ignore[method-assign]
+
+
+def test_a_failed_admission_with_the_radix_tier_leaves_both_tiers_consistent():
+    """The radix manager has no ``can_admit`` (a request that does not fit is locked, tried and
+    released); with the tier on, ``match`` has already loaded the host hit, so after the failed
+    attempt that prefix stays on the device as an unlocked cached prefix (what a later request
+    finds), the request holds nothing, and both tiers pass their checks."""
+    from nano_engine.hiradix import TieredRadixCacheManager
+    from nano_engine.sampling import SamplingParams
+    from nano_engine.sequence import Sequence
+
+    bs = 4
+    manager = TieredRadixCacheManager(8, bs, 64 * bs, load_back_threshold=1)
+
+    def serve(request_id: int, tokens: list[int]) -> None:
+        seq = Sequence(request_id, tokens, SamplingParams())
+        match = manager.match(seq)
+        assert manager.can_admit(match, len(tokens))
+        manager.lock(seq, match)
+        assert manager.allocate(seq, len(tokens))
+        done = seq.num_computed_tokens
+        seq.num_computed_tokens = len(tokens)
+        manager.cache(seq, len(tokens) - done)
+        manager.free(seq)
+        manager.begin_step()
+
+    a, b = list(range(100, 124)), list(range(200, 232))
+    serve(0, a)
+    serve(1, b)                                        # a is host-only now
+    tree = manager.tree
+    assert tree.match(a).host_tokens == len(a) - len(a) % bs and tree.match(a).device_tokens == 0
+    big = Sequence(2, a + list(range(300, 340)), SamplingParams())
+    match = manager.match(big)                         # loads a back (all of it)
+    assert match.num_tokens == len(a) and manager.num_host_hit_tokens == len(a)
+    manager.lock(big, match)
+    assert not manager.allocate(big, len(big.token_ids))      # 6 + 10 blocks > 8
+    manager.free(big)
+    assert big.block_table == []
+    manager.copies.drain()
+    tree.check_invariants()
+    assert tree.protected_size == 0 and tree.match(a).device_tokens == len(a)
+    manager.check_no_leaks()
