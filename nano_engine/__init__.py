@@ -43,11 +43,11 @@ two exceptions happen only when asked for: the engine's imports of ``fast/`` (a 
     host_tier.py       host KV pages (pinned on CUDA) and the copies between tiers; a bandwidth model
     hiradix.py         SGLang's HiCache: radix nodes on device, host or both; two eviction rules; load-back
     offload.py         vLLM's offloading manager for hashed blocks: store, lookup, load, LRU, CPU events
-    tier_replay.py     hit rates and bytes moved of a device cache plus a host tier, replayed on token streams
 
   beyond one engine (chapters 04 and 05)
     workloads.py       request streams with shared prefixes, and the hit rate a cache gets on them
     traces.py          real traffic: Mooncake's production request traces, replayed through the caches
+    tier_replay.py     a device cache plus a host tier replayed on token streams and traces: hits, bytes moved
     router.py          which of several engine instances serves a request
     timing.py          the book chapter's reuse experiment timed: cache off vs on, TTFT and wall time
 
