@@ -1,7 +1,7 @@
 # Two commands do all the set-up on a fresh machine:
 #   make lab        create .venv (first time), install, open JupyterLab on chapter 00
 #   make book       the chapters executed, as a static site in notebooks/_build/html
-#   make test       the same set-up, then lint (ruff, mypy) and the whole test suite
+#   make test       the same set-up, then lint (ruff, mypy) and the whole test suite, in parallel
 # And for the edit-test loop:
 #   make test-fast  the unit tests in parallel (no notebooks, browser or full-size model)
 #   make lint       ruff and mypy alone
@@ -55,11 +55,16 @@ lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m mypy
 
+# One pytest-xdist worker per core. Under --dist loadgroup the chapters run one after another on one
+# worker and the browser tests on one worker (tests/conftest.py groups them by their marks), while
+# the other workers take the rest.
+PYTEST_PARALLEL := -n auto --dist loadgroup
+
 test: setup lint
-	$(PY) -m pytest
+	$(PY) -m pytest $(PYTEST_PARALLEL)
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -n auto -m "not notebook and not browser and not slow" -q
+	$(PY) -m pytest $(PYTEST_PARALLEL) -m "not notebook and not browser and not slow" -q
 
 check-citations: $(STAMP)
 	$(PY) notebooks/check_citations.py

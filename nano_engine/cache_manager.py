@@ -375,7 +375,7 @@ class RadixCacheManager(CacheManager):
       duplicate pages (``insert`` returns how much was there already), switch its block table to
       the tree's copies, and move its lock to the new node. Decode steps insert nothing; their
       tokens enter the tree when the request ends;
-    * ``free`` (SGLang 0.5.23: ``release_kv_cache`` in ``mem_cache/common.py``, which checkpoints
+    * ``free`` (SGLang 0.5.23: ``python/sglang/srt/mem_cache/common.py::release_kv_cache``, which checkpoints
       once more, frees the row past the tree's part and unlocks; ``cache_finished_req`` before the
       refactor): insert the page-aligned computed tokens, free duplicates, unlock, and free the
       unaligned tail page(s). A preempted request does the same, so when it is readmitted it

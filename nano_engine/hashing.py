@@ -211,7 +211,7 @@ def make_hash_function(algo: HashAlgo | HashFunction = "builtin", *, vllm: bool 
 
 
 def resolve_none_hash_seed(algo: str | HashFunction) -> str:
-    """vLLM 0.33's ``resolve_none_hash_seed`` (``kv_cache_utils.py``): the seed ``NONE_HASH`` is hashed from.
+    """vLLM 0.33's ``vllm/v1/core/kv_cache_utils.py::resolve_none_hash_seed``: the seed ``NONE_HASH`` is hashed from.
 
     ``PYTHONHASHSEED`` wins if set. Otherwise a cryptographic function (``sha256``, ``sha256_cbor``,
     a callable) gets the fixed ``DEFAULT_NONE_HASH_SEED``, shareable across processes, and a

@@ -24,9 +24,9 @@ count: pass a ``collections.Counter`` to ``replay``, and a hash is cached while 
 Counter (its count above zero). (A plain set would forget a hash that a duplicate still serves.)
 
 vLLM mode also publishes what vLLM publishes (``vllm/distributed/kv_events.py``: ``BlockStored``):
-each hash as the int of its digest's low 64 bits (``kv_cache_utils.maybe_convert_block_hash``, with
+each hash as the int of its digest's low 64 bits (``vllm/v1/core/kv_cache_utils.py::maybe_convert_block_hash``, with
 ``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES`` on, its default), and the extra keys untagged
-(``kv_cache_utils.to_event_extra_keys``), the LoRA name in ``lora_name``. A consumer that
+(``vllm/v1/core/kv_cache_utils.py::to_event_extra_keys``), the LoRA name in ``lora_name``. A consumer that
 recomputes a hash from an event must therefore re-tag the keys first. The pool's ``event_hash``
 turns a hash into its published form.
 """

@@ -721,7 +721,7 @@ class VllmPrefixCachingBlockPool(PrefixCachingBlockPool):
       ``vllm/v1/core/block_pool.py``);
     - vLLM's free order (``uncached_first``: ``BlockPool.free_blocks``);
     - the key of a block, ``(parent or NONE_HASH, tokens, extra keys or None)``, with vLLM's
-      tagged extra keys and hash functions (:meth:`_chain`: ``kv_cache_utils.hash_block_tokens``,
+      tagged extra keys and hash functions (:meth:`_chain`: ``vllm/v1/core/kv_cache_utils.py::hash_block_tokens``,
       ``generate_block_hash_extra_keys``; ``hash_algo`` default ``"sha256"``, vLLM's default);
     - KV events as vLLM publishes them (:meth:`event_hash`, :meth:`_emit_stored`,
       :meth:`_emit_removed`: ``maybe_convert_block_hash``, ``to_event_extra_keys``, one
@@ -758,7 +758,7 @@ class VllmPrefixCachingBlockPool(PrefixCachingBlockPool):
         first_block: int = 0,
         parent: Hashable | None = None,
     ) -> Iterator[tuple[int, Hashable, tuple[int, ...], tuple | None]]:
-        """``kv_cache_utils.hash_block_tokens``: ``hash((parent or NONE_HASH, tokens, keys or None))``."""
+        """``vllm/v1/core/kv_cache_utils.py::hash_block_tokens``: ``hash((parent or NONE_HASH, tokens, keys or None))``."""
         size, has_extra = self.block_size, bool(extra)
         for i in range(first_block, end // size):
             start = i * size
@@ -768,7 +768,7 @@ class VllmPrefixCachingBlockPool(PrefixCachingBlockPool):
             yield i, parent, tokens, keys
 
     def event_hash(self, h: Hashable) -> Hashable:
-        """``kv_cache_utils.maybe_convert_block_hash``: the low 64 bits of a digest, as an int."""
+        """``vllm/v1/core/kv_cache_utils.py::maybe_convert_block_hash``: the low 64 bits of a digest, as an int."""
         if self.int_event_hashes and isinstance(h, bytes):
             return int.from_bytes(h, "big") & 0xFFFF_FFFF_FFFF_FFFF
         return h

@@ -1,8 +1,8 @@
 """Fixtures shared by the test files (pytest finds them here; nothing imports this file).
 
 Everything runs offline: no model hub is ever contacted. The tiny checkpoint (Qwen's real
-vocabulary, 4 layers) is loaded once per module; its greedy outputs under
-``nano_engine.model.generate`` are the reference every engine run must equal. Plain helpers
+vocabulary, 4 layers) is loaded once per session (per xdist worker); its greedy outputs under
+``nano_engine.model.generate``, also computed once, are the reference every engine run must equal. Plain helpers
 (constants, prompt builders, invariant checks) live in ``engine_helpers.py``.
 """
 
@@ -13,6 +13,12 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Under pytest-xdist (`make test`: one worker per core) each worker, and every notebook kernel or
+# child process it starts, gets its share of the cores: torch's default of one thread per core in
+# every worker would oversubscribe them, and spinning OpenMP threads slow everything on the machine.
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    _cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _cores // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
 
 # Imported after the environment above: huggingface_hub reads it once, at its first import.
 import pytest
@@ -22,6 +28,36 @@ from engine_helpers import MAX_TOKENS, make_prompts
 from nano_engine.checkpoints import tiny_checkpoint
 from nano_engine.engine import LLMEngine
 from nano_engine.model import Transformer, generate
+
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:     # in case a plugin imported torch before us
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+# Tests that start heavy helpers share one worker per kind under `--dist loadgroup` (`make test`):
+# the chapters one after another (each starts a kernel), the browser tests one after another
+# (each starts JupyterLab and Chromium).
+XDIST_GROUPS = ("notebook", "browser")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for group in XDIST_GROUPS:
+            if item.get_closest_marker(group):
+                item.add_marker(pytest.mark.xdist_group(group))
+    yield                               # pytest-xdist's hook reads the marks here
+    if not getattr(config.option, "loadgroup", False):     # set on xdist's workers under --dist loadgroup
+        return
+    # pytest-xdist 3.8 puts a test in its group by renaming it "<id>@<group>", through the attribute
+    # that held the id before pytest 9.2; with pytest 9.2 the renaming is lost and groups are ignored
+    # (pytest-dev/pytest-xdist#1386, fix pending in #1388). Until then we rename it where pytest 9.2
+    # keeps the id.
+    from _pytest.nodeid import NodeId
+
+    for item in items:
+        groups = sorted(group for group in XDIST_GROUPS if item.get_closest_marker(group))
+        suffix = "@" + "_".join(groups)
+        if groups and not item.nodeid.endswith(suffix):
+            item._id = NodeId.parse(item.nodeid + suffix)
 
 
 @pytest.fixture(scope="module")
@@ -34,9 +70,15 @@ def single_thread():
     torch.set_num_threads(threads)
 
 
-@pytest.fixture(scope="module")
-def tiny_model(single_thread) -> Transformer:
+@pytest.fixture(scope="session")
+def tiny_model_once() -> Transformer:
     return Transformer.from_pretrained(tiny_checkpoint())
+
+
+@pytest.fixture(scope="module")
+def tiny_model(single_thread, tiny_model_once) -> Transformer:
+    """Loaded once per session (once per xdist worker): the engine and the tests only read it."""
+    return tiny_model_once
 
 
 @pytest.fixture(scope="module")
@@ -50,20 +92,31 @@ def prompts(tiny_model) -> list[list[int]]:
     return make_prompts(tiny_model.config.vocab_size)
 
 
+_GREEDY: dict[tuple[tuple[int, ...], int | None], list[int]] = {}
+
+
+def tiny_greedy(model: Transformer, prompt: list[int], eos: int | None = None) -> list[int]:
+    """``generate``'s greedy tokens for one prompt on the tiny model, computed once per session."""
+    key = (tuple(prompt), eos)
+    if key not in _GREEDY:
+        _GREEDY[key] = generate(model, torch.tensor([prompt]), MAX_TOKENS, eos_token_id=eos)[0].tolist()
+    return list(_GREEDY[key])
+
+
 @pytest.fixture(scope="module")
 def eos(tiny_model, prompts) -> int:
     """A stand-in eos: the token the random model emits most often, so that some requests stop
     early and some do not (the real eos id almost never comes out of random weights)."""
     counts: dict[int, int] = {}
     for p in prompts:
-        for t in generate(tiny_model, torch.tensor([p]), MAX_TOKENS)[0].tolist():
+        for t in tiny_greedy(tiny_model, p):
             counts[t] = counts.get(t, 0) + 1
     return max(counts, key=counts.__getitem__)
 
 
 @pytest.fixture(scope="module")
 def reference(tiny_model, prompts, eos) -> list[list[int]]:
-    return [generate(tiny_model, torch.tensor([p]), MAX_TOKENS, eos_token_id=eos)[0].tolist() for p in prompts]
+    return [tiny_greedy(tiny_model, p, eos) for p in prompts]
 
 
 @pytest.fixture

@@ -9,9 +9,6 @@ from transformers import Qwen3Config as HFQwen3Config, Qwen3ForCausalLM
 
 from nano_engine.model import Qwen3Config, Transformer, generate
 
-FULL_SIZE = dict(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
-                 num_attention_heads=16, num_key_value_heads=8, head_dim=128,
-                 max_position_embeddings=40960, rope_theta=1_000_000.0, tie_word_embeddings=True)
 SMALL = dict(vocab_size=1000, hidden_size=64, intermediate_size=160, num_hidden_layers=3,
              num_attention_heads=4, num_key_value_heads=2, head_dim=16,
              max_position_embeddings=512, rope_theta=10_000.0, tie_word_embeddings=False)
@@ -32,13 +29,16 @@ def small_pair(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def full_size_pair(tmp_path_factory):
-    """A Qwen3-0.6B-shaped checkpoint with random weights, written by save_pretrained once per
-    session (about 2.4 GB in float32)."""
-    path = tmp_path_factory.mktemp("qwen3-0.6b-random")
-    hf = _hf_checkpoint(path, seed=0, **FULL_SIZE)
-    yield path, hf
-    shutil.rmtree(path, ignore_errors=True)
+def full_size_pair():
+    """Qwen3-0.6B's own config with random weights: the bfloat16 checkpoint that the benchmarks and
+    test_checkpoints use (written once per machine into the cache, not once per session), loaded in
+    float32 by both sides. bfloat16 -> float32 is exact, so both hold the same weights; and these
+    weights keep the top two logits apart (``nano_engine.checkpoints``), so 32 greedy steps compare
+    sharply instead of flipping on rounding."""
+    from nano_engine.checkpoints import full_size_checkpoint
+
+    path = full_size_checkpoint()
+    return path, Qwen3ForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
 
 
 def _prompts(vocab, lengths, seed=0):
