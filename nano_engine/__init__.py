@@ -6,7 +6,8 @@ engine's two entry points are also here, as the book chapter imports them
 (``from nano_engine import LLMEngine, SamplingParams``).
 
 The module map, by layer. A module imports only from its own layer and the ones above it; the
-one exception, the engine's imports of ``fast/``, happens only when a fast path is asked for.
+two exceptions happen only when asked for: the engine's imports of ``fast/`` (a fast path) and
+``engine_config``'s of the host tier (``host_kv_tokens=``).
 
   the model (chapter 00)
     model.py           a hand-written Qwen3 decoder in plain PyTorch, and the reference greedy loop
@@ -38,9 +39,15 @@ one exception, the engine's imports of ``fast/``, happens only when a fast path 
     interrupts.py      Ctrl-C held back while a step commits its bookkeeping, delivered right after
     engine.py          LLMEngine: plan, run the model and sample, postprocess, log; continuous batching
 
+  a host-memory tier under the caches (chapter 06)
+    host_tier.py       host KV pages (pinned on CUDA) and the copies between tiers; a bandwidth model
+    hiradix.py         SGLang's HiCache: radix nodes on device, host or both; two eviction rules; load-back
+    offload.py         vLLM's offloading manager for hashed blocks: store, lookup, load, LRU, CPU events
+
   beyond one engine (chapters 04 and 05)
     workloads.py       request streams with shared prefixes, and the hit rate a cache gets on them
     traces.py          real traffic: Mooncake's production request traces, replayed through the caches
+    tier_replay.py     a device cache plus a host tier replayed on token streams and traces: hits, bytes moved
     router.py          which of several engine instances serves a request
     timing.py          the book chapter's reuse experiment timed: cache off vs on, TTFT and wall time
 

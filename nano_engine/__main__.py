@@ -124,7 +124,70 @@ def add_hitrate_command(subparsers) -> None:
                             "512 tokens per id in blocks / radix pages of 16, as an engine sees it")
     trace.add_argument("--requests", type=int, default=None, metavar="N", help="replay only the first N requests")
     trace.add_argument("--json", action="store_true", help="print one JSON object per cache and capacity")
+    add_host_tier_options(p)
     p.set_defaults(handler=run_hitrate)
+
+
+# -- hitrate with a host tier (chapter 06): its own options and its own block ------------------------
+
+def add_host_tier_options(p) -> None:
+    p.add_argument("--host-capacity", nargs="+", default=None, metavar="TOKENS",
+                   help="add a host-memory tier of these sizes (4096, 6e6) under each --capacity "
+                        "(nano_engine.tier_replay); with --trace: --cache radix or hashed")
+    p.add_argument("--write-policy", nargs="+", default=["write_through"],
+                   choices=["write_through", "write_through_selective", "write_back"],
+                   help="when the host tier is written (with --host-capacity; the hashed cache has no write_back)")
+
+
+def host_capacities(args: argparse.Namespace) -> list[int] | None:
+    """``--host-capacity`` as token counts (traces.parse_tokens), checked with its companions."""
+    from nano_engine.traces import parse_tokens
+
+    if not args.host_capacity:
+        if args.write_policy != ["write_through"]:
+            raise ValueError("--write-policy applies to a host tier only: add --host-capacity")
+        return None
+    sizes = [parse_tokens(text, "--host-capacity") for text in args.host_capacity]
+    if None in sizes:
+        raise ValueError("--host-capacity inf: a host tier is finite (give a size in tokens, e.g. 6e6)")
+    if not args.capacity or None in [parse_tokens(t) for t in args.capacity]:
+        raise ValueError("--host-capacity needs a finite --capacity (the device size under which the host tier sits)")
+    return [s for s in sizes if s is not None]
+
+
+def run_host_tier_hitrate(args: argparse.Namespace, workloads: dict, capacities: list[int]) -> list[dict]:
+    """One row per workload x cache x capacity x host capacity x write policy: the device-only
+    figures (host capacity 0) and the tiered ones, ``hit_rate`` counting device and host hits."""
+    import json
+
+    from nano_engine.tier_replay import tier_hit_rate
+    from nano_engine.workloads import hit_rate
+
+    methods: list[str | int] = ["radix", 16]   # the chapter's tree and its hashed pool of 16-token blocks
+    rows = []
+    print("\nwith a host tier (bytes at 112 KiB/token, Qwen3-0.6B bf16; a size model):")
+    for name, w in workloads.items():
+        for m in methods:
+            for c in capacities:
+                rows.append({"workload": name, "cache": "radix" if m == "radix" else "hashed", "capacity_tokens": c,
+                             "host_capacity_tokens": 0, "hit_rate": hit_rate(w, m, c), "device_hit_rate": None,
+                             "host_hit_rate": 0.0, "bytes_written": 0, "bytes_loaded": 0, "write_policy": None})
+                for h in args.host_capacity:
+                    for policy in args.write_policy:
+                        if m != "radix" and policy == "write_back":
+                            continue
+                        r = tier_hit_rate(w, m, c, h, policy).as_dict()
+                        rows.append({"workload": name, "cache": rows[-1]["cache"], **r})
+    for row in rows:
+        if getattr(args, "json", None):
+            print(json.dumps(row))
+            continue
+        policy = row["write_policy"] or "device only"
+        print(f"  {row['workload']:22s} {row['cache']:6s} C={row['capacity_tokens']:<8d} "
+              f"H={row['host_capacity_tokens']:<8d} {policy:24s} hit {row['hit_rate']:6.1%}  "
+              f"host {row['host_hit_rate']:6.1%}  written {row['bytes_written'] / 2**30:8.2f} GiB  "
+              f"loaded {row['bytes_loaded'] / 2**30:8.2f} GiB")
+    return rows
 
 
 def run_hitrate(args: argparse.Namespace) -> int:
@@ -133,6 +196,7 @@ def run_hitrate(args: argparse.Namespace) -> int:
     capacities = [parse_tokens(text, "--capacity") for text in args.capacity or []]
     if args.plot:
         check_plot_path(Path(args.plot))
+    args.host_capacity = host_capacities(args)
     if args.trace is not None:
         return run_trace_hitrate(args, capacities or [None])
     for option, given in (("--cache", args.cache), ("--json", args.json), ("--requests", args.requests),
@@ -167,6 +231,8 @@ def run_chapter_hitrate(args: argparse.Namespace, capacities: list[int]) -> int:
             for m, rates in by_method.items():
                 label = f"{name}, {'radix' if m == 'radix' else f'block {m}'}"
                 print(f"  {label:36s}" + "".join(f"{r:8.1%}" for r in rates))
+    if args.host_capacity:
+        run_host_tier_hitrate(args, workloads, capacities)
     if args.plot:
         plot_hit_rates(table, args.plot, curves=curves, capacities=capacities)
         print(f"figure saved to {args.plot}")
@@ -189,6 +255,8 @@ def run_trace_hitrate(args: argparse.Namespace, capacities: list[int | None]) ->
     for capacity in capacities:
         if capacity is not None and capacity < args.block_size:
             raise ValueError(f"--capacity {capacity}: holds no block of {args.block_size} tokens")
+    if args.host_capacity:
+        return run_trace_host_tier(args, trace, caches, capacities)
     results = []
     for cache in caches:
         for capacity in capacities:
@@ -203,6 +271,46 @@ def run_trace_hitrate(args: argparse.Namespace, capacities: list[int | None]) ->
     if args.plot:
         plot_capacity_curves(results, args.plot)
         print(f"figure saved to {args.plot}", file=sys.stderr if args.json else sys.stdout)
+    return 0
+
+
+def run_trace_host_tier(args: argparse.Namespace, trace, caches: list[str], capacities: list) -> int:
+    """``hitrate --trace --host-capacity``: per cache and device capacity, the device-only replay
+    (``traces.replay_trace``, host_capacity_tokens 0), then each host capacity x write policy
+    (``tier_replay.replay_trace_tiered``); ``hit_rate`` counts device and host hits."""
+    import json
+
+    from nano_engine.tier_replay import replay_trace_tiered
+    from nano_engine.traces import replay_trace
+
+    if args.block_size != 512:
+        raise ValueError("--host-capacity with --trace replays at the trace's granularity: --block-size 512 only")
+    for cache in caches:
+        if cache not in ("radix", "hashed"):
+            raise ValueError(f"--host-capacity: --cache {cache} has no host tier here (radix or hashed)")
+        if cache == "hashed" and "write_back" in args.write_policy:
+            raise ValueError("--cache hashed has vLLM's policies only (write_through, write_through_selective)")
+    if args.plot:
+        raise ValueError("--plot with --host-capacity is not supported; use --json")
+    rows = []
+    for cache in caches:
+        for capacity in capacities:
+            base = replay_trace(trace, cache, capacity, block_size=args.block_size, progress=True).as_dict()
+            base.update(host_capacity_tokens=0, write_policy=None, device_hit_rate=base["hit_rate"],
+                        host_hit_rate=0.0, bytes_written=0, bytes_loaded=0)
+            rows.append(base)
+            for host in args.host_capacity:
+                for policy in args.write_policy:
+                    rows.append(replay_trace_tiered(trace, cache, capacity, host, policy, progress=True))
+    for row in rows:
+        if args.json:
+            print(json.dumps(row), flush=True)
+        else:
+            policy = row["write_policy"] or "device only"
+            print(f"{row['cache']:6s} C={row['capacity_tokens']:<10,d} H={row['host_capacity_tokens']:<10,d} "
+                  f"{policy:24s} hit {row['hit_rate']:6.1%} (device {row['device_hit_rate']:6.1%}, "
+                  f"host {row['host_hit_rate']:6.1%})  written {row['bytes_written'] / 2**30:9.1f} GiB  "
+                  f"loaded {row['bytes_loaded'] / 2**30:9.1f} GiB")
     return 0
 
 

@@ -153,6 +153,7 @@ class PagedAttention:
     def attend(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """``q [T, H, D]``, ``k, v [T, KVH, D]`` for the new tokens; returns ``[T, H, D]``."""
         self.cache.store(layer_idx, k, v, self.metadata.slot_mapping)
+        self.cache.wait_layer(layer_idx)       # a host-tier load of this layer may be in flight (CUDA)
         keys, values = self.cache.k[layer_idx], self.cache.v[layer_idx]
         out = torch.empty_like(q)
 

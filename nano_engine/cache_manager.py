@@ -47,6 +47,7 @@ from abc import ABC, abstractmethod
 from collections import Counter
 from dataclasses import dataclass
 
+from nano_engine.kv_cache import KVCache
 from nano_engine.paged import BlockPool, ceil_div
 from nano_engine.prefix_cache import PrefixCachingBlockPool
 from nano_engine.radix import Node, RadixCache
@@ -199,6 +200,19 @@ class CacheManager(ABC):
 
     def _release(self, seq: Sequence) -> None:
         seq.block_table, seq.cache_handle = [], None
+
+    # -- hooks for a host tier (nano_engine.hiradix, nano_engine.offload); no-ops here ------------
+
+    def bind_kv_cache(self, kv_cache: KVCache, layerwise: bool = True) -> None:  # noqa: B027
+        """The engine's device KV pool, once allocated (a host tier copies to and from it;
+        ``layerwise``: attention calls ``kv_cache.wait_layer`` before reading a layer)."""
+
+    def begin_step(self) -> None:  # noqa: B027
+        """Start of every engine step, before scheduling (a host tier starts its stores here)."""
+
+    def before_forward(self) -> None:  # noqa: B027
+        """Just before the forward, inside the part of the step a failure rolls back (a host tier
+        starts its loads here: the forward is the first reader of loaded pages)."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.num_blocks} blocks x {self.block_size} tokens)"
@@ -394,9 +408,13 @@ class RadixCacheManager(CacheManager):
 
     def _tree(self, namespace: tuple) -> RadixCache:
         if namespace not in self.trees:
-            self.trees[namespace] = RadixCache(page_size=self.block_size)
+            self.trees[namespace] = self._new_tree()
         self._last_used[namespace] = next(self._clock)
         return self.trees[namespace]
+
+    def _new_tree(self) -> RadixCache:
+        """The tree of a new namespace (``hiradix.TieredRadixCacheManager`` makes two-tier ones)."""
+        return RadixCache(page_size=self.block_size)
 
     def _drop_if_unused(self, namespace: tuple) -> None:
         """Forget an empty tree nobody is locked in (the default namespace stays)."""

@@ -55,7 +55,7 @@ from typing import Any
 
 import torch
 
-from nano_engine.attention import AttentionMetadata, device_tensor
+from nano_engine.attention import AttentionMetadata, PagedAttention, device_tensor
 from nano_engine.cache_manager import HashedBlockCacheManager
 from nano_engine.engine_config import EngineConfig
 from nano_engine.interrupts import InterruptGuard
@@ -197,6 +197,7 @@ class LLMEngine:
         self.cache = config.build_cache_manager(model, self.attention, kv_dtype)
         self.block_size = self.cache.block_size
         self.kv_cache = KVCache(self.config, self.cache.num_blocks, self.block_size, device=model.device, dtype=kv_dtype)
+        self.cache.bind_kv_cache(self.kv_cache, layerwise=self.attention is PagedAttention and not config.cuda_graphs)
         self.scheduler = Scheduler(self.cache, config.max_num_batched_tokens, config.max_num_seqs, config.policy)
         self.graph_runner = self._make_graph_runner() if config.cuda_graphs else None
         self.step_log = StepLog(config.step_log_size)
@@ -314,6 +315,7 @@ class LLMEngine:
         sequences that finished in this step."""
         with self._lock, self._critical():
             start = time.perf_counter()
+            self.cache.begin_step()          # a host tier acknowledges copies and starts its stores
             plan = self._plan()
             if plan is None:
                 return []
@@ -349,6 +351,7 @@ class LLMEngine:
         plan.generator_states = {s: s.generator.get_state() for s in plan.to_sample if s.generator is not None}
         try:
             with self._interrupts.allowed():
+                self.cache.before_forward()  # a host tier starts its loads (the forward reads them)
                 logits = self._forward(plan)
                 return sample(logits, [s.params for s in plan.to_sample], [s.generator for s in plan.to_sample])
         except BaseException:

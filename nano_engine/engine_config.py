@@ -74,11 +74,27 @@ class EngineConfig:
     gpu_memory_utilization: float | None = None
     cuda_graphs: bool = False
     step_log_size: int | None = DEFAULT_STEP_LOG_SIZE
+    host_kv_tokens: int | None = None
+    write_policy: str = "write_through"
 
     def __post_init__(self) -> None:
         self._check_values()
         self._check_memory_choice()
         make_policy(self.policy)        # raises for an unknown name or a non-policy
+        self._check_host_tier()
+
+    def _check_host_tier(self) -> None:
+        """``host_kv_tokens`` adds a host-memory tier (``nano_engine.hiradix`` for ``cache="radix"``,
+        ``nano_engine.offload`` for ``"hashed"`` / ``"vllm"``); ``write_policy`` says when it is written."""
+        from nano_engine.host_tier import WRITE_POLICIES
+        _require(self.write_policy in WRITE_POLICIES, "write_policy", f"one of {WRITE_POLICIES}", self.write_policy)
+        if self.host_kv_tokens is None:
+            return
+        _require(_is_int(self.host_kv_tokens) and self.host_kv_tokens >= self.block_size, "host_kv_tokens",
+                 f"None or an integer >= block_size ({self.block_size})", self.host_kv_tokens)
+        _require(self.cache in ("radix", "hashed", "vllm"), "cache",
+                 "'radix', 'hashed' or 'vllm' when host_kv_tokens is given (the host tier sits under a prefix cache)",
+                 self.cache)
 
     def _check_values(self) -> None:
         def optional_count(name: str, minimum: int = 1) -> None:
@@ -134,11 +150,24 @@ class EngineConfig:
             return NaiveCacheManager(self.pool.num_blocks, self.block_size, self.pool)
         num_blocks = self.num_blocks or KVCache.pages_for_budget(
             model.config, self._kv_budget(model, attention, kv_dtype), self.block_size, kv_dtype)
+        if self.host_kv_tokens is not None:
+            return self._build_tiered(num_blocks, bytes_per_token(model.config, kv_dtype))
         if self.cache in ("hashed", "vllm"):
             return HashedBlockCacheManager(PrefixCachingBlockPool(num_blocks, self.block_size, vllm=self.cache == "vllm"))
         if self.cache == "radix":
             return RadixCacheManager(num_blocks, self.block_size)
         return NaiveCacheManager(num_blocks, self.block_size)
+
+    def _build_tiered(self, num_blocks: int, token_bytes: int) -> CacheManager:
+        assert self.host_kv_tokens is not None
+        if self.cache == "radix":
+            from nano_engine.hiradix import TieredRadixCacheManager
+            return TieredRadixCacheManager(num_blocks, self.block_size, self.host_kv_tokens,
+                                           write_policy=self.write_policy, bytes_per_token=token_bytes)
+        from nano_engine.offload import TieredHashedCacheManager
+        pool = PrefixCachingBlockPool(num_blocks, self.block_size, vllm=self.cache == "vllm")
+        return TieredHashedCacheManager(pool, self.host_kv_tokens, write_policy=self.write_policy,
+                                        bytes_per_token=token_bytes)
 
     def _kv_budget(self, model: Transformer, attention: Callable, kv_dtype: torch.dtype) -> int:
         """Bytes of KV: measured on the GPU, given, or the default."""

@@ -47,6 +47,14 @@ class KVCache:
         shape = (num_pages * page_size, config.num_key_value_heads, config.head_dim)
         self.k = [torch.zeros(shape, device=self.device, dtype=dtype) for _ in range(config.num_hidden_layers)]
         self.v = [torch.zeros(shape, device=self.device, dtype=dtype) for _ in range(config.num_hidden_layers)]
+        self.layer_events: list | None = None    # CUDA events of a host-to-device load, one per layer
+
+    def wait_layer(self, layer: int) -> None:
+        """Called by attention before it reads ``layer``: on CUDA, while a host-tier load is in flight
+        (``host_tier.CopyEngine``), the compute stream waits for that layer's copy only, so layer
+        ``i + 1`` is still arriving while layer ``i`` computes. Nothing to do otherwise."""
+        if self.layer_events is not None:
+            torch.cuda.current_stream(self.device).wait_event(self.layer_events[layer])
 
     @classmethod
     def from_budget(cls, config: Qwen3Config, num_bytes: int, page_size: int,

@@ -8,6 +8,10 @@ holds without asking it. The pool emits:
 - ``BlockRemoved`` when cached blocks are evicted because their block is being reused;
 - ``AllBlocksCleared`` when the whole cache is dropped (``reset``).
 
+Each ``BlockStored`` / ``BlockRemoved`` names its ``medium`` as vLLM's do (``MEDIUM_GPU = "GPU"``,
+``MEDIUM_CPU = "CPU"`` in ``vllm/distributed/kv_events.py``, 0.33.0): the pool's events are "GPU",
+the host tier's (``nano_engine.offload``) "CPU".
+
 Replaying the events in order onto an empty set gives exactly the set of hashes the cache holds
 (``replay``). For a consumer in another process the hashes must be stable across processes: use
 ``hash_algo="sha256"`` (or ``"xxhash"``), not the built-in hash.
@@ -42,6 +46,7 @@ class BlockStored:
     block_size: int
     lora_id: Hashable | None
     extra_keys: list[tuple | None]  # per block: the extra keys mixed into its hash (vLLM mode: untagged), or None
+    medium: str = "GPU"  # where the blocks are: "GPU" (the device pool) or "CPU" (a host tier, offload.py)
     lora_name: Hashable | None = None  # vLLM mode: the LoRA adapter's name (vLLM's BlockStored.lora_name)
 
 
@@ -50,6 +55,7 @@ class BlockRemoved:
     """These hashes left the cache (their blocks were reallocated to new content)."""
 
     block_hashes: list[Hashable]
+    medium: str = "GPU"
 
 
 @dataclass(frozen=True)
@@ -60,8 +66,11 @@ class AllBlocksCleared:
 KVEvent = BlockStored | BlockRemoved | AllBlocksCleared
 
 
-def replay(events: Iterable[KVEvent], hashes: set | Counter | None = None) -> set:
+def replay(events: Iterable[KVEvent], hashes: set | Counter | None = None, medium: str = "GPU") -> set:
     """Apply events in order to the cached hashes and return the set of hashes cached.
+
+    Only events of ``medium`` count (vLLM publishes the device pool and the CPU tier in one
+    stream, ``medium`` telling them apart; a router weighs a CPU hit lower than a GPU hit).
 
     ``hashes``: a set (updated in place; one block per hash, the default mode), or a ``Counter``
     (updated in place; counts blocks per hash, needed for vLLM mode's duplicates; a hash whose
@@ -69,6 +78,8 @@ def replay(events: Iterable[KVEvent], hashes: set | Counter | None = None) -> se
     """
     hashes = set() if hashes is None else hashes
     for event in events:
+        if isinstance(event, (BlockStored, BlockRemoved)) and event.medium != medium:
+            continue
         if isinstance(event, BlockStored):
             hashes.update(event.block_hashes)  # a Counter adds one per listed hash
         elif isinstance(event, BlockRemoved):

@@ -205,7 +205,7 @@ class RadixCache:
         self._ids = itertools.count()
         self._clock = itertools.count(1)
         self._now = 0  # clock value of the walk in progress
-        self.root = Node([], [], None, next(self._ids))
+        self.root = self._new_node([], [], None)
         self.root.lock_ref = 1  # a permanent user: the root is never an unlocked leaf
         self.evictable_size = 0  # tokens in nodes nobody uses: may be evicted
         self.protected_size = 0  # tokens in nodes some request uses: must stay
@@ -275,8 +275,7 @@ class RadixCache:
         path, matched = self._walk(tokens)
         parent, new = path[-1], None
         if matched < len(tokens):
-            new = Node(_to_list(tokens[matched:]), _to_list(slots[matched:]), parent,
-                       next(self._ids))
+            new = self._new_node(_to_list(tokens[matched:]), _to_list(slots[matched:]), parent)
             if isinstance(tokens, np.ndarray):  # the array is at hand: keep a copy for comparing
                 new._array = tokens[matched:].astype(np.int64)
             new.last_access = self._now
@@ -344,7 +343,7 @@ class RadixCache:
         (and ``last_access``); the evictable/protected sizes are unchanged.
         """
         key_before = list(child.key) if self.on_event is not None else None
-        front = Node(child.key[:n], child.value[:n], child.parent, next(self._ids))
+        front = self._new_node(child.key[:n], child.value[:n], child.parent)
         front.lock_ref, front.last_access = child.lock_ref, child.last_access
         if child._array is not None:
             front._array, child._array = child._array[:n].copy(), child._array[n:].copy()
@@ -357,6 +356,10 @@ class RadixCache:
             self.on_event(("split", {"node": front.id, "child": child.id, "key_before": key_before,
                                      "at": n, "inherited_lock": front.lock_ref}))
         return front
+
+    def _new_node(self, key: list[int], value: list[int], parent: Node | None) -> Node:
+        """Every node is made here (a subclass with richer nodes overrides it: ``hiradix.HiRadixCache``)."""
+        return Node(key, value, parent, next(self._ids))
 
     def _child_key(self, tokens: list[int] | np.ndarray, start: int) -> int | tuple[int, ...]:
         """The dict key that selects a child: its first token, or its first page as a tuple."""
@@ -517,7 +520,7 @@ class RadixCache:
             require(len(node.key) > 0, f"node {node.id} has an empty key")
             require(len(node.key) % self.page_size == 0,
                     f"node {node.id} holds {len(node.key)} tokens, not whole pages")
-            require(len(node.key) == len(node.value),
+            require(self._value_ok(node),
                     f"node {node.id} has {len(node.key)} tokens but {len(node.value)} slots")
             require(node._array is None or node._array.tolist() == node.key,
                     f"node {node.id}'s comparison array differs from its key")
@@ -526,10 +529,10 @@ class RadixCache:
                     f"{users_below} users")
             require(all(node.last_access >= c.last_access for c in node.children.values()),
                     f"a child of node {node.id} was accessed after it")
-            if node.lock_ref == 0:
-                evictable += len(node.key)
+            if node.lock_ref == 0:     # the sizes count slots held (a tiered tree has nodes without)
+                evictable += len(node.value)
             else:
-                protected += len(node.key)
+                protected += len(node.value)
         require(evictable == self.evictable_size,
                 f"evictable_size is {self.evictable_size}, unlocked nodes hold {evictable}")
         require(protected == self.protected_size,
@@ -541,3 +544,7 @@ class RadixCache:
         for node in self.nodes():
             if node is not root and not node.children:
                 require(id(node) in current, f"leaf {node.id} is not among the eviction candidates")
+
+    def _value_ok(self, node: Node) -> bool:
+        """One slot per token (``hiradix.HiRadixCache`` also allows none: a node only on the host)."""
+        return len(node.key) == len(node.value)
