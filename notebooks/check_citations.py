@@ -104,17 +104,22 @@ def scan(root: Path = ROOT) -> dict[Citation, list[str]]:
     return found
 
 
-def load_register(path: Path = REGISTER) -> tuple[dict, set[Citation]]:
+def load_register(path: Path = REGISTER) -> tuple[dict, dict[Citation, str]]:
+    """The releases, and every registered citation with the release it is checked against.
+
+    An entry is checked against its project's release unless it names another one with
+    ``release = "..."`` (a file cited at an older release that the current one no longer has).
+    """
     data = tomllib.loads(path.read_text())
-    cites = set()
+    cites: dict[Citation, str] = {}
     for entry in data["cite"]:
-        if entry["project"] not in data["releases"]:
-            raise ValueError(f"{path.name}: {entry['path']}: project {entry['project']!r} has no [releases] entry")
+        release = entry.get("release", entry["project"])
+        if release not in data["releases"]:
+            raise ValueError(f"{path.name}: {entry['path']}: release {release!r} has no [releases] entry")
         if project_of(entry["path"]) != entry["project"]:
             raise ValueError(f"{path.name}: {entry['path']} is not under project {entry['project']!r}")
-        symbols = entry.get("symbols", [])
-        cites.add(Citation(entry["project"], entry["path"], None))
-        cites.update(Citation(entry["project"], entry["path"], s) for s in symbols)
+        for symbol in [None, *entry.get("symbols", [])]:
+            cites[Citation(entry["project"], entry["path"], symbol)] = release
     return data["releases"], cites
 
 
@@ -205,14 +210,14 @@ def check(register: Path = REGISTER) -> int:
             opened[project] = Release(spec, folder)
         texts: dict[tuple[str, str], str | None] = {}
         for c in sorted(cites, key=lambda c: (c.project, c.path, c.symbol or "")):
-            release = opened[c.project]
-            label = releases[c.project].get("package", releases[c.project].get("note", "unpinned"))
+            release, spec = opened[cites[c]], releases[cites[c]]
+            label = spec.get("package", spec.get("note", "unpinned"))
             if release is None:
                 rows.append((c, label, "not checked (unpinned)"))
                 continue
-            if (c.project, c.path) not in texts:
-                texts[(c.project, c.path)] = release.read(c.path)
-            text = texts[(c.project, c.path)]
+            if (cites[c], c.path) not in texts:
+                texts[(cites[c], c.path)] = release.read(c.path)
+            text = texts[(cites[c], c.path)]
             if text is None:
                 status = "MISSING FILE"
             elif c.symbol is None:
