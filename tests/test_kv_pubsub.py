@@ -1,0 +1,315 @@
+"""KV events over ZeroMQ: vLLM's framing and replay protocol, gaps, drops, restarts, bad input.
+
+Every test uses loopback TCP on free ports (or ipc:// in a temporary folder), waits with a deadline,
+and closes what it opened (publishers and subscribers terminate their own zmq.Context; raw
+sockets here live in a context the fixture terminates). The index a subscriber builds is compared
+with the truth: the same events replayed with ``kv_events.replay`` onto a Counter.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+
+import msgspec
+import pytest
+import zmq
+from kv_event_helpers import pool_events
+
+from nano_engine.kv_events import BlockStored, replay
+from nano_engine.kv_index import KVBlockIndex
+from nano_engine.kv_pubsub import END_SEQ, KVEventPublisher, KVEventSubscriber, check_endpoint
+from nano_engine.kv_wire import decode_batch, encode_batch
+
+FREE = "tcp://127.0.0.1:0"
+DEADLINE_S = 20.0            # generous: the machine is shared; CPU time is what the tests keep small
+
+
+@pytest.fixture
+def ctx():
+    context = zmq.Context()
+    yield context
+    context.destroy(linger=0)
+
+
+@pytest.fixture(autouse=True)
+def no_thread_left():
+    yield
+    left = [t for t in threading.enumerate() if t.name == "kv-replay"]
+    assert not left, f"replay threads still running: {left}"
+
+
+def batches_of(events: list, size: int) -> list[list]:
+    return [events[i:i + size] for i in range(0, len(events), size)]
+
+
+def poll_until(sub: KVEventSubscriber, done, deadline_s: float = DEADLINE_S) -> bool:
+    end = time.monotonic() + deadline_s
+    while not done() and time.monotonic() < end:
+        sub.poll(20)
+    return done()
+
+
+def spin(sub: KVEventSubscriber, seconds: float) -> None:
+    """Poll for ``seconds`` whatever comes."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        sub.poll(20)
+
+
+def recv(sock: zmq.Socket, timeout_ms: int = 5000) -> list[bytes]:
+    assert sock.poll(timeout_ms), "nothing received before the deadline"
+    return sock.recv_multipart()
+
+
+class Recorder:
+    """on_batch / on_reset: the index, plus what was applied, in order."""
+
+    def __init__(self) -> None:
+        self.index = KVBlockIndex()
+        self.seqs: list[int] = []
+        self.resets = 0
+
+    def on_batch(self, worker, seq, events) -> None:
+        self.seqs.append(seq)
+        self.index.apply(worker, events)
+
+    def on_reset(self, worker) -> None:
+        self.resets += 1
+        self.seqs.clear()
+        self.index.reset(worker)
+
+
+def subscriber(pub: KVEventPublisher, rec: Recorder, **kwargs) -> KVEventSubscriber:
+    return KVEventSubscriber(*pub.bound_endpoints, worker="w0", on_batch=rec.on_batch, on_reset=rec.on_reset, **kwargs)
+
+
+# -- the wire protocol, read with raw sockets ----------------------------------------------------------
+
+def test_three_frames_and_the_replay_protocol(ctx):
+    with KVEventPublisher(FREE, FREE, topic=b"kv@pod-0") as pub:
+        endpoint, replay_endpoint = pub.bound_endpoints
+        assert endpoint.startswith("tcp://127.0.0.1:") and not endpoint.endswith(":0")
+        sub = ctx.socket(zmq.SUB)
+        sub.setsockopt(zmq.SUBSCRIBE, b"kv@")
+        sub.connect(endpoint)
+        payloads = {}
+        end = time.monotonic() + DEADLINE_S
+        while not sub.poll(10) and time.monotonic() < end:      # the slow joiner: publish until one arrives
+            events = [BlockStored([len(payloads)], None, [1, 2], 2, None, [None])]
+            payloads[pub.publish(events, ts=1.5)] = encode_batch(events, 1.5)
+        topic, seq_bytes, payload = sub.recv_multipart()
+        seq = int.from_bytes(seq_bytes, "big")
+        assert topic == b"kv@pod-0" and len(seq_bytes) == 8 and payload == payloads[seq]
+        assert decode_batch(payload)[1] == [BlockStored([seq], None, [1, 2], 2, None, [None])]
+        assert sorted(payloads) == list(range(len(payloads)))              # seq counts batches from 0
+
+        # DEALER: every buffered batch from the start seq, each framed as live, then the -1 end marker
+        dealer = ctx.socket(zmq.DEALER)
+        dealer.connect(replay_endpoint)
+        dealer.send_multipart([b"", (1).to_bytes(8, "big")])
+        replies = []
+        while (frames := recv(dealer))[1] != b"":
+            replies.append(frames)
+        assert frames == [b"", b"", END_SEQ, b""] and int.from_bytes(END_SEQ, "big", signed=True) == -1
+        assert replies == [[b"", b"kv@pod-0", s.to_bytes(8, "big"), payloads[s]] for s in range(1, len(payloads))] \
+            or len(payloads) == 1
+
+        # REQ (vLLM's example consumer) takes the first reply and cannot read the rest: why DEALER
+        req = ctx.socket(zmq.REQ)
+        req.connect(replay_endpoint)
+        pub.publish([], ts=2.0)                       # at least two replies (a batch, then the end marker)
+        req.send((0).to_bytes(8, "big"))
+        assert recv(req)[0] == b"kv@pod-0"
+        with pytest.raises(zmq.ZMQError):
+            req.recv_multipart(zmq.NOBLOCK)           # EFSM: a REQ must send before it may receive again
+
+
+def test_loopback_only():
+    for endpoint in ("tcp://0.0.0.0:5557", "tcp://*:5557", "tcp://10.0.0.1:5557", "udp://127.0.0.1:1", 5557):
+        with pytest.raises(ValueError, match="loopback|must be a string"):
+            check_endpoint(endpoint)                 # type: ignore[arg-type]
+    for endpoint in ("tcp://127.0.0.1:0", "tcp://127.0.0.1:*", "tcp://localhost:5557", "ipc:///tmp/x"):
+        assert check_endpoint(endpoint) == endpoint
+    with pytest.raises(ValueError, match="drop_rate"):
+        KVEventPublisher(FREE, drop_rate=1.5)
+
+
+# -- recovery -----------------------------------------------------------------------------------------
+
+def test_ten_thousand_events_through_a_tiny_high_water_mark():
+    """HWM 2 on both ends drops most of a burst, silently; every gap is refilled by replay."""
+    events = pool_events(3200, num_blocks=16, block_size=2, num_prefixes=6)
+    assert len(events) >= 10_000
+    batches = batches_of(events, 5)
+    rec = Recorder()
+    with KVEventPublisher(FREE, FREE, hwm=2) as pub, subscriber(pub, rec, rcvhwm=2) as sub:
+        for i, batch in enumerate(batches):
+            pub.publish(batch)
+            if i % 100 == 99:
+                sub.poll(0)
+        assert poll_until(sub, lambda: sub.expected == len(batches) and sub.in_sync)
+        assert sub.gaps_detected > 0, "no message was dropped: the test did not test recovery"
+        assert (sub.gaps_recovered, sub.gaps_lost, sub.malformed) == (sub.gaps_detected, 0, 0)
+    assert rec.seqs == list(range(len(batches)))                 # each batch once, in order
+    rec.index.check_invariants()
+    assert rec.index.blocks("w0") == replay(events, Counter())   # the index is the truth
+    assert rec.index.num_blocks("w0") == sum(counter_of(events).values())
+
+
+def counter_of(events: list) -> Counter:
+    counts: Counter = Counter()
+    replay(events, counts)
+    return counts
+
+
+def test_drop_rate_faults_are_recovered_and_without_replay_are_reported(caplog):
+    events = pool_events(400, seed=3)
+    batches = batches_of(events, 2)
+    rec = Recorder()
+    with KVEventPublisher(FREE, FREE, drop_rate=0.2, seed=1) as pub, subscriber(pub, rec) as sub:
+        for batch in batches:
+            pub.publish(batch)
+            sub.poll(0)
+        assert poll_until(sub, lambda: sub.expected == len(batches) and sub.in_sync)
+        assert pub.num_dropped > 0 and sub.gaps_detected > 0
+        assert (sub.gaps_recovered, sub.gaps_lost) == (sub.gaps_detected, 0)
+    assert rec.index.blocks("w0") == replay(events, Counter())
+
+    rec = Recorder()
+    caplog.set_level(logging.WARNING, logger="nano_engine.kv_pubsub")
+    with KVEventPublisher(FREE, FREE, drop_rate=0.2, seed=1) as pub, subscriber(pub, rec, replay=False) as sub:
+        spin(sub, 0.2)                                # past the slow-joiner window
+        for batch in batches:
+            pub.publish(batch)
+            sub.poll(0)
+        spin(sub, 0.5)
+        assert sub.gaps_detected > 0 and sub.gaps_lost > 0 and sub.gaps_recovered == 0
+    assert "replay is off" in caplog.text
+
+
+def test_engine_restart_is_detected_and_resynced(caplog):
+    """A new publisher on the same endpoints counts from 0 again: reset the worker, replay from 0."""
+    before, after = pool_events(60, seed=4), pool_events(30, seed=5)     # the restarted engine starts empty
+    rec = Recorder()
+    with KVEventPublisher(FREE, FREE) as first:
+        endpoints = first.bound_endpoints
+        with KVEventSubscriber(*endpoints, worker="w0", on_batch=rec.on_batch, on_reset=rec.on_reset) as sub:
+            for batch in batches_of(before, 1):
+                first.publish(batch)
+            assert poll_until(sub, lambda: sub.expected == len(before) and sub.in_sync)
+            first.close()
+            caplog.set_level(logging.WARNING, logger="nano_engine.kv_pubsub")
+            with KVEventPublisher(*endpoints) as second:
+                for batch in batches_of(after, 1):
+                    second.publish(batch)
+                    sub.poll(20)
+                ok = poll_until(sub, lambda: sub.restarts_detected == 1 and sub.expected == len(after) and sub.in_sync)
+                assert ok, (sub.restarts_detected, sub.expected, len(after), sub._highest, sub._last_live,
+                            sorted(sub.pending), sub.gaps_detected, sub.gaps_lost, second.next_seq)
+    assert rec.resets == 1 and "seq went backwards" in caplog.text and "restarted" in caplog.text
+    assert rec.seqs == list(range(len(after)))
+    assert rec.index.blocks("w0") == replay(after, Counter())    # nothing of the old engine's cache left
+
+
+@pytest.mark.parametrize("new_batches", [5, 80])
+def test_restart_seen_only_by_the_replay_anchor(new_batches, caplog):
+    """The restarted engine's live batches never arrive (drop_rate=1): the tail probe asks from the last
+    batch applied; the new publisher has none there (5 < 40 batches) or other bytes (80): a restart."""
+    before = batches_of(pool_events(40, seed=7), 1)[:40]
+    after = batches_of(pool_events(2 * new_batches, seed=8), 1)[:new_batches]     # the restarted engine's
+    assert (len(before), len(after)) == (40, new_batches)
+    rec = Recorder()
+    caplog.set_level(logging.WARNING, logger="nano_engine.kv_pubsub")
+    with KVEventPublisher(FREE, FREE) as first:
+        endpoints = first.bound_endpoints
+        with KVEventSubscriber(*endpoints, worker="w0", on_batch=rec.on_batch, on_reset=rec.on_reset,
+                               idle_probe_ms=100) as sub:
+            for batch in before:
+                first.publish(batch)
+            assert poll_until(sub, lambda: sub.expected == 40 and sub.in_sync)
+            first.close()
+            with KVEventPublisher(*endpoints, drop_rate=1.0) as second:
+                for batch in after:
+                    second.publish(batch)
+                assert poll_until(sub, lambda: sub.restarts_detected == 1 and sub.expected == new_batches
+                                  and sub.in_sync)
+                assert second.num_dropped == new_batches                 # nothing came live
+    assert rec.resets == 1 and rec.seqs == list(range(new_batches))
+    assert rec.index.blocks("w0") == replay([e for b in after for e in b], Counter())
+    assert ("holds nothing from seq 39" if new_batches < 40 else "replayed batch seq 39 differs") in caplog.text
+
+
+def test_batches_lost_for_good_reset_the_worker(caplog):
+    """A gap older than the publisher's buffer cannot be replayed: the worker is reset and followed from
+    the oldest batch still buffered, so the index may miss blocks but never keeps a removed one."""
+    events = pool_events(200, seed=9)
+    batches = batches_of(events, 1)
+    rec = Recorder()
+    caplog.set_level(logging.WARNING, logger="nano_engine.kv_pubsub")
+    with KVEventPublisher(FREE, FREE, buffer_steps=20) as pub, subscriber(pub, rec, idle_probe_ms=100) as sub:
+        pub.publish(batches[0])
+        assert poll_until(sub, lambda: sub.expected == 1 and sub.in_sync)
+        pub.drop_rate = 1.0                                  # a long outage: nothing live
+        for batch in batches[1:]:
+            pub.publish(batch)
+        assert poll_until(sub, lambda: sub.expected == len(batches) and sub.in_sync)
+    assert sub.resyncs == 1 and rec.resets == 1 and "buffer starts at seq" in caplog.text
+    assert rec.seqs == list(range(len(batches) - 20, len(batches)))
+    truth = replay(events, Counter())
+    assert rec.index.blocks("w0") <= truth                   # never a block the engine does not hold
+    assert rec.index.blocks("w0") == replay([e for b in batches[-20:] for e in b], Counter()) & truth
+
+
+# -- bad input ----------------------------------------------------------------------------------------
+
+def test_bad_input_is_logged_and_survived(ctx, caplog):
+    """Malformed payload, unknown tag, wrong frame count, seq going backwards: a log line each, no crash."""
+    xpub = ctx.socket(zmq.XPUB)                       # a PUB that shows when the subscription has arrived
+    port = xpub.bind_to_random_port("tcp://127.0.0.1")
+    rec = Recorder()
+    caplog.set_level(logging.WARNING, logger="nano_engine.kv_pubsub")
+    with KVEventSubscriber(f"tcp://127.0.0.1:{port}", worker="w0", on_batch=rec.on_batch,
+                           on_reset=rec.on_reset) as sub:
+        sub.poll(0)
+        assert recv(xpub) == [b"\x01kv-events"]
+        good = encode_batch([BlockStored([7], None, [1, 2], 2, None, [None])], 1.0)
+        unknown = msgspec.msgpack.encode([1.0, [{"type": "BlockPinned", "block_hashes": [1]}]])
+        for frames in ([b"kv-events", (0).to_bytes(8, "big"), good],
+                       [b"kv-events", (1).to_bytes(8, "big"), b"\xc1not msgpack"],
+                       [b"kv-events", (2).to_bytes(8, "big"), unknown],
+                       [b"kv-events", b"\x00\x03"],
+                       [b"kv-events", (3).to_bytes(8, "big"), good],
+                       [b"kv-events", (1).to_bytes(8, "big"), good]):
+            xpub.send_multipart(frames)
+        assert poll_until(sub, lambda: sub.restarts_detected == 1 and len(rec.seqs) == 1, 5.0)
+    assert sub.malformed == 3
+    assert "batch seq 1 skipped: malformed KV event batch" in caplog.text
+    assert "batch seq 2 skipped: unknown KV event tag 'BlockPinned'" in caplog.text
+    assert "message of 2 frames" in caplog.text
+    assert "seq went backwards (1 after 3)" in caplog.text
+    # the reset emptied the worker; seq 1 of the "new" publisher then opened a gap (0 missing) that a
+    # subscriber without replay cannot fill: reported lost, and seq 1 applied
+    assert rec.resets == 1 and rec.seqs == [1] and sub.gaps_lost == 1
+    assert rec.index.blocks("w0") == {7}
+
+
+def test_subscriber_started_before_any_publisher(tmp_path, caplog):
+    endpoint, replay_endpoint = f"ipc://{tmp_path}/pub", f"ipc://{tmp_path}/replay"
+    events = pool_events(20, seed=6)
+    rec = Recorder()
+    caplog.set_level(logging.WARNING, logger="nano_engine.kv_pubsub")
+    with KVEventSubscriber(endpoint, replay_endpoint, worker="w0", on_batch=rec.on_batch,
+                           replay_timeout_ms=200) as sub:
+        for _ in range(15):
+            assert sub.poll(20) == 0
+        assert "nothing from ipc://" in caplog.text and "publisher not started yet" in caplog.text
+        with KVEventPublisher(endpoint, replay_endpoint) as pub:
+            for batch in batches_of(events, 3):                  # the first ones are lost to the slow joiner
+                pub.publish(batch)
+            n = pub.next_seq
+            assert poll_until(sub, lambda: sub.expected == n and sub.in_sync)
+    assert rec.seqs == list(range(n))
+    assert rec.index.blocks("w0") == replay(events, Counter())
