@@ -406,12 +406,12 @@ def run_events(args: argparse.Namespace) -> int:
     def stop(signum, frame):           # SIGTERM ends the run as Ctrl-C does: sockets closed, exit 130
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, stop)
-    with KVEventPublisher(args.publish, replay, topic=args.topic.encode()) as publisher:
-        endpoint, replay_endpoint = publisher.bound_endpoints
-        print(f"events: publishing KV events on {endpoint} (replay: {replay_endpoint or 'off'}, "
-              f"topic {args.topic!r}, vLLM 0.33 wire format)", flush=True)
-        try:
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        with KVEventPublisher(args.publish, replay, topic=args.topic.encode()) as publisher:
+            endpoint, replay_endpoint = publisher.bound_endpoints
+            print(f"events: publishing KV events on {endpoint} (replay: {replay_endpoint or 'off'}, "
+                  f"topic {args.topic!r}, vLLM 0.33 wire format)", flush=True)
             summary = _publish_engine_events(args, device, publisher)
             summary.update(publish=endpoint, replay=replay_endpoint)
             print(json.dumps(summary), flush=True)
@@ -419,9 +419,11 @@ def run_events(args: argparse.Namespace) -> int:
             end = time.monotonic() + args.linger
             while time.monotonic() < end:
                 time.sleep(min(0.1, max(0.0, end - time.monotonic())))
-        except KeyboardInterrupt:
-            print("events: interrupted, closing", file=sys.stderr, flush=True)
-            return 130
+    except KeyboardInterrupt:
+        print("events: interrupted; sockets closed", file=sys.stderr, flush=True)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return 0
 
 

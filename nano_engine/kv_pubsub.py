@@ -102,7 +102,10 @@ def _bind(sock: zmq.Socket, endpoint: str) -> str:
     endpoint = check_endpoint(endpoint)
     if endpoint.startswith("tcp://") and endpoint.rsplit(":", 1)[1] in ("0", "*"):
         endpoint = endpoint.rsplit(":", 1)[0] + ":*"
-    sock.bind(endpoint)
+    try:
+        sock.bind(endpoint)
+    except zmq.ZMQError as error:
+        raise ValueError(f"cannot bind {endpoint}: {error} (port 0 picks a free one)") from None
     return sock.getsockopt_string(zmq.LAST_ENDPOINT)
 
 
@@ -442,7 +445,7 @@ class KVEventSubscriber:
         self.gaps_lost += len(self._open_gaps)
         self._open_gaps.clear()
         self.pending.clear()
-        self.expected, self._highest, self._last_payload = 0, -1, None
+        self.expected, self._highest, self._last_payload, self._last_live = 0, -1, None, None
         self._replay_sent, self._replay_start, self._replay_anchor, self._replay_attempts = None, -1, -1, 0
         if self.on_reset is not None:
             self.on_reset(self.worker)
@@ -468,9 +471,10 @@ class KVEventSubscriber:
                        "blocks stored earlier are unknown until stored again)", self.endpoint, self.worker, why,
                        first)
         pending = {seq: payload for seq, payload in self.pending.items() if seq >= first}
-        highest = self._highest
+        highest, last_live = self._highest, self._last_live    # the same publisher: its seq goes on
         self._forget()
         self.pending, self.expected, self._highest = pending, first, max(highest, first - 1)
+        self._last_live = last_live
         self._apply_ready()
 
     # -- replay ---------------------------------------------------------------------------------------
