@@ -365,11 +365,14 @@ def run_bench(args: argparse.Namespace) -> int:
 def add_events_command(subparsers) -> None:
     p = subparsers.add_parser(
         "events", help="run one engine that publishes its KV events over ZeroMQ, as vLLM does (chapter 07)",
-        description="Run LLMEngine (cache 'vllm': SHA-256 block hashes published as 64-bit ints, the same in "
-                    "every process) on --prompts of the chapters' chat requests and publish its KV events in vLLM "
-                    "0.33's wire format: PUB on --publish, replay (ROUTER) on --replay; then stay up --linger "
-                    "seconds so that subscribers can replay. vLLM's own flag for the same stream: "
-                    "--kv-events-config '{\"enable_kv_cache_events\": true, \"publisher\": \"zmq\", ...}'.")
+        description="Run LLMEngine (cache 'vllm': SHA-256 block hashes published as their low 64 bits, an int, "
+                    "as vLLM does; the same in every process unless PYTHONHASHSEED differs, since vLLM's NONE_HASH "
+                    "seed reads it) on --prompts of the chapters' chat requests and publish its KV events in vLLM "
+                    "0.33's wire format, one batch per engine step: PUB on --publish, replay (ROUTER) on --replay; "
+                    "then stay up --linger seconds so that subscribers can replay. vLLM's own flag for the same "
+                    "stream: --kv-events-config '{\"enable_kv_cache_events\": true, \"publisher\": \"zmq\", "
+                    "\"endpoint\": \"tcp://*:5557\", \"replay_endpoint\": \"tcp://*:5558\", "
+                    "\"topic\": \"kv-events\"}'.")
     p.add_argument("--publish", default="tcp://127.0.0.1:5557", metavar="ENDPOINT",
                    help="PUB endpoint (loopback tcp, port 0 for a free one, or ipc://PATH)")
     p.add_argument("--replay", default="tcp://127.0.0.1:5558", metavar="ENDPOINT",
