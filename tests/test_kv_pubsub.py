@@ -265,6 +265,39 @@ def test_batches_lost_for_good_reset_the_worker(caplog):
     assert rec.index.blocks("w0") == replay([e for b in batches[-20:] for e in b], Counter()) & truth
 
 
+def test_step_batcher_publishes_one_batch_per_step_and_shared_contexts(ctx):
+    """StepBatcher: a pool's events gathered, one batch per flush, none for a step without events; two
+    subscribers in one caller-owned context (left open by close) both follow the stream."""
+    from nano_engine.kv_pubsub import StepBatcher
+    from nano_engine.prefix_cache import PrefixCachingBlockPool
+
+    pool = PrefixCachingBlockPool(8, 2, vllm=True)
+    recs = [Recorder(), Recorder()]
+    with KVEventPublisher(FREE, FREE, context=ctx) as pub:
+        subs = [KVEventSubscriber(*pub.bound_endpoints, worker="w0", on_batch=r.on_batch, on_reset=r.on_reset,
+                                  context=ctx) for r in recs]
+        batcher = StepBatcher(pool, pub)
+        truth: list = []
+        pool.subscribe(truth.append)
+        for step in range(6):
+            tokens = [1, 2, 3, 4, 5 + step]
+            blocks = pool.allocate(3)
+            pool.cache_blocks(tokens, blocks, len(tokens))
+            pool.free(blocks)
+            assert batcher.flush() == step
+            assert batcher.flush() is None                      # nothing new: no batch
+        batcher.close()
+        pool.reset()                                            # AllBlocksCleared, after close: not gathered
+        assert batcher.events == [] and batcher.num_batches == 6 and batcher.num_events == len(truth) - 1
+        for sub in subs:
+            assert poll_until(sub, lambda sub=sub: sub.expected == 6 and sub.in_sync)
+            sub.close()
+    for rec in recs:
+        assert rec.index.blocks("w0") == replay(truth[:-1], Counter())
+    assert not ctx.closed                                      # the caller's context stays usable
+    ctx.socket(zmq.PUB).close()
+
+
 # -- bad input ----------------------------------------------------------------------------------------
 
 def test_bad_input_is_logged_and_survived(ctx, caplog):
