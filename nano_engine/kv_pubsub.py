@@ -276,7 +276,8 @@ class KVEventSubscriber:
             terminated by ``close``. One context for many subscribers saves an I/O thread each.
 
     Counters: ``batches_applied``, ``gaps_detected``, ``gaps_recovered``, ``gaps_lost``,
-    ``restarts_detected``, ``resyncs`` (resumed after a loss), ``malformed``, ``duplicates``.
+    ``restarts_detected``, ``resyncs`` (resumed after a loss), ``malformed``, ``duplicates``,
+    ``live_received`` (messages that came on SUB), ``replay_requests``.
     """
 
     def __init__(self, endpoint: str, replay_endpoint: str | None = None, *, worker: Hashable = 0,
@@ -294,6 +295,7 @@ class KVEventSubscriber:
         self.idle_probe_ms = idle_probe_ms
         self.batches_applied = self.gaps_detected = self.gaps_recovered = self.gaps_lost = 0
         self.restarts_detected = self.resyncs = self.malformed = self.duplicates = 0
+        self.live_received = self.replay_requests = 0
         self.expected = 0                      # the next seq to apply
         self.pending: dict[int, bytes] = {}    # batches that arrived ahead of `expected`
         self._last_payload: bytes | None = None  # the bytes of batch expected - 1 (the replay anchor)
@@ -385,6 +387,7 @@ class KVEventSubscriber:
                 continue
             _, seq_bytes, payload = frames
             if live:
+                self.live_received += 1
                 self._on_live(int.from_bytes(seq_bytes, "big"), payload)
             else:
                 self._on_replayed(int.from_bytes(seq_bytes, "big", signed=True), payload)
@@ -500,6 +503,7 @@ class KVEventSubscriber:
         self._replay_attempts = self._replay_attempts + 1 if start == self._replay_start else 1
         self._replay_sent, self._replay_start, self._replay_anchor = time.monotonic(), start, anchor
         self._replay_unanswered = True
+        self.replay_requests += 1
 
     def _on_replayed(self, seq: int, payload: bytes) -> None:
         first, self._replay_unanswered = self._replay_unanswered, False
