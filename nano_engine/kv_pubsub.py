@@ -222,12 +222,17 @@ class KVEventPublisher:
             start_seq = int.from_bytes(start, "big")
             with self._lock:
                 batches = [(seq, payload) for seq, payload in self._buffer if seq >= start_seq]
-            for seq, payload in batches:
-                sock.send_multipart((client, b"", self.topic, _seq_bytes(seq), payload))
-            sock.send_multipart((client, b"", b"", END_SEQ, b""))
+            try:
+                for seq, payload in batches:
+                    sock.send_multipart((client, b"", self.topic, _seq_bytes(seq), payload))
+                sock.send_multipart((client, b"", b"", END_SEQ, b""))
+            except zmq.ZMQError as error:       # the thread must survive one bad answer (vLLM logs it too)
+                if self._stop.is_set():
+                    return
+                logger.warning("KV replay: answering from seq %d failed: %s", start_seq, error)
 
     def close(self) -> None:
-        """Stop the replay thread, close the sockets and terminate the context (idempotent)."""
+        """Stop the replay thread, close the sockets and terminate an own context (idempotent)."""
         if self._closed:
             return
         self._closed = True
@@ -561,7 +566,7 @@ class KVEventSubscriber:
         return self.expected > self._highest and self._replay_sent is None
 
     def close(self) -> None:
-        """Close both sockets and terminate the context (idempotent)."""
+        """Close both sockets and terminate an own context (idempotent)."""
         if self._closed:
             return
         self._closed = True

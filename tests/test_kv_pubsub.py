@@ -127,6 +127,19 @@ def test_three_frames_and_the_replay_protocol(ctx):
             req.recv_multipart(zmq.NOBLOCK)           # EFSM: a REQ must send before it may receive again
 
 
+def test_a_malformed_replay_request_is_logged_and_the_next_one_answered(ctx, caplog):
+    caplog.set_level(logging.WARNING, logger="nano_engine.kv_pubsub")
+    with KVEventPublisher(FREE, FREE) as pub:
+        pub.publish([], ts=1.0)
+        dealer = ctx.socket(zmq.DEALER)
+        dealer.connect(pub.replay_endpoint)
+        dealer.send_multipart([b"", b"\x00\x01"])                 # a 2-byte start seq
+        dealer.send_multipart([b"", (0).to_bytes(8, "big")])
+        assert recv(dealer)[2] == (0).to_bytes(8, "big")        # the good request's batch
+        assert recv(dealer) == [b"", b"", END_SEQ, b""]
+    assert "ignoring a malformed request" in caplog.text
+
+
 def test_loopback_only():
     for endpoint in ("tcp://0.0.0.0:5557", "tcp://*:5557", "tcp://10.0.0.1:5557", "udp://127.0.0.1:1", 5557):
         with pytest.raises(ValueError, match="loopback|must be a string"):
