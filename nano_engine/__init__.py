@@ -51,6 +51,11 @@ two exceptions happen only when asked for: the engine's imports of ``fast/`` (a 
     router.py          which of several engine instances serves a request
     timing.py          the book chapter's reuse experiment timed: cache off vs on, TTFT and wall time
 
+  many engines in many processes (chapter 07)
+    kv_wire.py         KV events as bytes, exactly as vLLM 0.33 encodes them (msgspec / msgpack)
+    kv_pubsub.py       KV events over ZeroMQ: vLLM's publisher (PUB + replay ROUTER), a subscriber that recovers gaps
+    kv_index.py        the router's global index: which worker holds which block hash, on which medium
+
   fast/: the GPU fast path (optional; the engine runs without it, and so do the chapters)
     triton_attention.py  Triton kernels: write K/V by slot, attend through page tables
     fast_attention.py    the engine's attention context on those kernels; picking one by name
