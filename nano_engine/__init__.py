@@ -49,6 +49,7 @@ two exceptions happen only when asked for: the engine's imports of ``fast/`` (a 
     traces.py          real traffic: Mooncake's production request traces, replayed through the caches
     tier_replay.py     a device cache plus a host tier replayed on token streams and traces: hits, bytes moved
     router.py          which of several engine instances serves a request
+    routing.py         the cluster's routers behind one interface: random .. approximate tree, Dynamo's cost, llm-d's scorers
     timing.py          the book chapter's reuse experiment timed: cache off vs on, TTFT and wall time
 
   fast/: the GPU fast path (optional; the engine runs without it, and so do the chapters)
