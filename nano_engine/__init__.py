@@ -49,8 +49,11 @@ two exceptions happen only when asked for: the engine's imports of ``fast/`` (a 
     traces.py          real traffic: Mooncake's production request traces, replayed through the caches
     tier_replay.py     a device cache plus a host tier replayed on token streams and traces: hits, bytes moved
     router.py          which of several engine instances serves a request
-    routing.py         the cluster's routers behind one interface: random .. approximate tree, Dynamo's cost, llm-d's scorers
     timing.py          the book chapter's reuse experiment timed: cache off vs on, TTFT and wall time
+
+  many engines in many processes (chapter 07)
+    routing.py         a cluster's routers behind one interface: random .. approximate tree, Dynamo's cost, llm-d's scorers
+    cluster.py         N instance processes publishing KV events over ZeroMQ, a router indexing them; faults, a TTFT model
 
   fast/: the GPU fast path (optional; the engine runs without it, and so do the chapters)
     triton_attention.py  Triton kernels: write K/V by slot, attend through page tables
@@ -65,7 +68,7 @@ two exceptions happen only when asked for: the engine's imports of ``fast/`` (a 
     listing.py         show_source (a class's real source, never pasted text) and add_to_class (a class one method a cell)
 
   tools
-    __main__.py        the command line: ``python -m nano_engine generate | hitrate | bench``
+    __main__.py        the command line: ``python -m nano_engine generate | hitrate | cluster | bench``
     bench.py           throughput of LLMEngine beside transformers' batched generate
 """
 

@@ -69,7 +69,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -101,7 +101,7 @@ LLMD_SCORER_WEIGHTS = {"prefix": 2.0, "queue": 1.0, "kv-cache": 1.0}
 class BlockIndex(Protocol):
     """What the event-driven policies read: which workers hold a block hash, on which media."""
 
-    def workers_for(self, block_hash: object) -> Mapping[int, set[str]]: ...
+    def workers_for(self, block_hash: Hashable) -> Mapping[Any, set[str]]: ...
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ class RoutingRequest:
     """
 
     tokens: Sequence[int]
-    block_hashes: Sequence[object]
+    block_hashes: Sequence[Hashable]
     num_tokens: int
     block_size: int
 
@@ -228,7 +228,7 @@ class ApproxTreePolicy(RoutingPolicy):
         self.tree_router.complete(worker)
 
 
-def prefix_tiers(index: BlockIndex, block_hashes: Sequence[object], num_workers: int) -> list[list[str]]:
+def prefix_tiers(index: BlockIndex, block_hashes: Sequence[Hashable], num_workers: int) -> list[list[str]]:
     """Per worker, the best medium of each block of its longest held run from block 0.
 
     ``"GPU"`` if the worker holds the block on the device, else ``"CPU"``; the run stops at the
