@@ -30,7 +30,7 @@ class Engine:
     def truth(self, upto=None):
         """The engine's cached set after batches 0..upto of its current run (all by default)."""
         held = set()
-        for seq, events in self.batches[: None if upto is None else upto + 1]:
+        for _seq, events in self.batches[: None if upto is None else upto + 1]:
             for event in events:
                 if event[0] == "stored":
                     held |= set(event[1])
