@@ -52,6 +52,9 @@ two exceptions happen only when asked for: the engine's imports of ``fast/`` (a 
     timing.py          the book chapter's reuse experiment timed: cache off vs on, TTFT and wall time
 
   many engines in many processes (chapter 07)
+    kv_wire.py         KV events as bytes, exactly as vLLM 0.33 encodes them (msgspec / msgpack)
+    kv_pubsub.py       KV events over ZeroMQ: vLLM's publisher (PUB + replay ROUTER), a subscriber that recovers gaps
+    kv_index.py        the router's global index: which worker holds which block hash, on which medium
     routing.py         a cluster's routers behind one interface: random .. approximate tree, Dynamo's cost, llm-d's scorers
     cluster.py         N instance processes publishing KV events over ZeroMQ, a router indexing them; faults, a TTFT model
 
