@@ -13,8 +13,6 @@ from collections import Counter
 
 import pytest
 
-pytest.importorskip("nano_engine.kv_pubsub", reason="the KV event transport (branch events) is not merged yet")
-
 from nano_engine.cluster import Cluster, ClusterConfig, ClusterError, TraceInstance, jaccard, run_cluster
 from nano_engine.kv_events import replay
 from nano_engine.traces import TraceReplay, load_trace
