@@ -26,7 +26,7 @@ cache misses; a request's time to first token is its wait in that queue plus its
 runs beside prefill (continuous batching) and takes ``decode_ms_per_token`` per output token; it
 only keeps the request in flight, which is the load the routers see. Defaults: 15 tokens/ms
 (15,000 tokens/s per instance) and 20 ms per output token; on Mooncake's conversation trace (one
-hour, 145M prompt tokens) four such instances are busy about 60% of the time when nothing hits.
+hour, 145M prompt tokens) four such instances would be busy 68% of the time if nothing hit (41k prompt tokens/s against 60k).
 
 **Faults** (``ClusterConfig``): ``drop_rate`` (the publishers drop that fraction of batches; the
 subscribers find the gaps and, unless ``replay=False``, refill them from the replay socket);

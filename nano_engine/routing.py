@@ -34,7 +34,8 @@ run of the request's blocks, from block 0, that the index says it holds:
       logit          = overlap_score_weight * prefill_blocks + decode_blocks     (lower is better)
 
   Defaults as ``KvRouterConfig::default()`` (``lib/llm/src/kv_router.rs``): ``overlap_score_weight``
-  1.0, ``router_temperature`` 0.0. Temperature 0 takes the argmin (ties drawn at random, as
+  1.0, ``router_temperature`` 0.0, the same in every version of the file we read (we pinned no
+  Dynamo release). Temperature 0 takes the argmin (ties drawn at random, as
   Dynamo's ``minimum_cost_index``); T > 0 samples worker i with probability proportional to
   ``exp(-(logit_i - min) / ((max - min) * T))`` (the logits normalised to [0, 1] first; all equal:
   uniform), as ``softmax_sample``. The overlap counts device (GPU) blocks only; today's Dynamo adds
@@ -54,13 +55,14 @@ run of the request's blocks, from block 0, that the index says it holds:
     kubernetes-sigs/gateway-api-inference-extension).
   - ``kv-cache``, weight 1: ``1 - KV utilisation``.
 
-  Weights: the ``prefix-cache-scorer`` 2, ``kv-cache-scorer`` 1, ``queue-scorer`` 1 of llm-d's
-  precise-prefix-cache guide (``benchmarking/37-capacity``). Where this package differs: llm-d
+  Weights: the endpoint picker's ``prefix-cache-scorer`` 2, ``kv-cache-scorer`` 1, ``queue-scorer``
+  1, as llm-d configures precise prefix caching (read beside llm-d-kv-cache-manager at ``a378f5b``). Where this package differs: llm-d
   reads each pod's waiting queue and KV utilisation from its metrics; here they are the router's
   own counts (requests in flight; the blocks of the prompts in flight over the worker's capacity),
   so every policy sees the same load.
 
-The approximate tree matches a request's ``tokens``; the event-driven policies look up its
+The approximate tree matches a request's ``tokens`` (on a Mooncake trace, its block ids: one
+"token" per 512 real ones); the event-driven policies look up its
 ``block_hashes``, the chained hashes of its full blocks in the form the KV events publish them, so
 the router must hash exactly as the engines do (same algorithm, block size, seed).
 """
