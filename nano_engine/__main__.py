@@ -401,6 +401,9 @@ def run_cluster_command(args: argparse.Namespace) -> int:
     except ClusterError as error:
         print(f"nano-engine cluster: failed: {error}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:        # every instance process is already stopped (run_cluster's finally)
+        print("nano-engine cluster: interrupted", file=sys.stderr)
+        return 130
     if args.json:
         print(json.dumps(result))
         return 0
