@@ -394,8 +394,12 @@ def run_cluster_command(args: argparse.Namespace) -> int:
                      ("--restart-router", config.restart_router_at)):
         if at is not None and at >= len(trace):
             raise ValueError(f"{name}: request {at} is past the trace's last ({len(trace) - 1})")
+    import signal
+
     from nano_engine.cluster import ClusterError
 
+    # `kill` (SIGTERM) unwinds like Ctrl-C, so that run_cluster's cleanup stops the instances.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))
     try:
         result = run_cluster(trace, config, progress=True).as_dict()
     except ClusterError as error:
