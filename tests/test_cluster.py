@@ -131,3 +131,11 @@ def test_bad_configs():
         ClusterConfig(drop_rate=1.0)
     with pytest.raises(ValueError, match="capacity_tokens"):
         ClusterConfig(capacity_tokens=100)
+
+
+def test_restart_of_an_instance_that_never_published_completes(no_leaks):
+    # Instance 1 has published only its handshake (seq 0) when it restarts: if the new process's
+    # seq 0 is lost while the subscriber reconnects, its seq 1 looks like the old stream going on.
+    # The run must neither hang nor lose the index (the old process held nothing).
+    result = run_cluster(TRACE[:10], config(router="round-robin", restart_instance=(1, 0)))
+    assert result.index_accuracy == 1.0 and sum(result.requests_per_instance) == 10
