@@ -61,6 +61,14 @@ run of the request's blocks, from block 0, that the index says it holds:
   own counts (requests in flight; the blocks of the prompts in flight over the worker's capacity),
   so every policy sees the same load.
 
+  A consequence of the normalisation worth seeing: a worker that holds no block of the request
+  scores 0 on the prefix, and any holder of block 0 up to 2, which the two load scorers (at most
+  1 + 1) can only tie. On Mooncake's conversation trace, where every request starts with the same
+  block, the first worker to hold it takes every request until its KV utilisation reaches 1, and
+  a worker that never got one can starve (``benchmarks/README.md``: one of four instances served
+  nothing): cache affinity funnelling traffic to one worker, as users reported of SGLang's router
+  (sgl-project/sglang PR #14305) and vLLM's production-stack router (vllm-project/router PR #198).
+
 The approximate tree matches a request's ``tokens`` (on a Mooncake trace, its block ids: one
 "token" per 512 real ones); the event-driven policies look up its
 ``block_hashes``, the chained hashes of its full blocks in the form the KV events publish them, so
