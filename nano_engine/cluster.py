@@ -494,6 +494,8 @@ class Cluster:
         """
         sub, deadline = self.subs[k], self._deadline()
         restarts = sub.restarts_detected
+        if old_last is not None:
+            sub.poll(100)        # time for the SUB to reconnect and resubscribe to the new process
         while True:
             seq = self._call(k, "hello")
             self.last_seq[k] = seq
