@@ -139,3 +139,18 @@ def test_restart_of_an_instance_that_never_published_completes(no_leaks):
     # The run must neither hang nor lose the index (the old process held nothing).
     result = run_cluster(TRACE[:10], config(router="round-robin", restart_instance=(1, 0)))
     assert result.index_accuracy == 1.0 and sum(result.requests_per_instance) == 10
+
+
+def test_cluster_command_prints_the_json(no_leaks, capsys):
+    import json
+
+    from nano_engine.__main__ import main
+
+    assert main(["cluster", "--instances", "2", "--requests", "20", "--capacity", str(CAPACITY), "--router", "llm-d",
+                 "--drop-rate", "0.2", "--restart-instance", "0@10", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    for key in ("hit_rate", "requests_per_instance", "load_imbalance", "gaps_detected", "gaps_recovered",
+                "index_accuracy", "ttft_p50_ms_model", "ttft_p90_ms_model"):
+        assert key in row, key
+    assert sum(row["requests_per_instance"]) == 20 and row["index_accuracy"] == 1.0
+    assert row["restart_instance"] == [0, 10] and row["gaps_recovered"] == row["gaps_detected"]
