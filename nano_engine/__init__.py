@@ -71,7 +71,7 @@ two exceptions happen only when asked for: the engine's imports of ``fast/`` (a 
     listing.py         show_source (a class's real source, never pasted text) and add_to_class (a class one method a cell)
 
   tools
-    __main__.py        the command line: ``python -m nano_engine generate | hitrate | cluster | bench``
+    __main__.py        the command line: ``python -m nano_engine generate | hitrate | cluster | bench | events``
     bench.py           throughput of LLMEngine beside transformers' batched generate
 """
 

@@ -9,6 +9,7 @@ before any slow work starts.
     python -m nano_engine generate --prompt "What is a KV cache?" --max-tokens 32 --cache radix
     python -m nano_engine hitrate --trace conversation --cache hashed radix --capacity 1e6 3e6 1e7 inf --json
     python -m nano_engine cluster --instances 4 --trace conversation --router dynamo --requests 2000 --json
+    python -m nano_engine events --publish tcp://127.0.0.1:5557 --replay tcp://127.0.0.1:5558 --prompts 6 --linger 30
 """
 
 from __future__ import annotations
@@ -460,7 +461,112 @@ def run_bench(args: argparse.Namespace) -> int:
     return run(args)
 
 
-COMMANDS: list[Callable] = [add_generate_command, add_hitrate_command, add_cluster_command, add_bench_command]
+def add_events_command(subparsers) -> None:
+    p = subparsers.add_parser(
+        "events", help="run one engine that publishes its KV events over ZeroMQ, as vLLM does (chapter 07)",
+        description="Run LLMEngine (cache 'vllm': SHA-256 block hashes published as their low 64 bits, an int, "
+                    "as vLLM does; the same in every process unless PYTHONHASHSEED differs, since vLLM's NONE_HASH "
+                    "seed reads it) on --prompts of the chapters' chat requests and publish its KV events in vLLM "
+                    "0.33's wire format, one batch per engine step: PUB on --publish, replay (ROUTER) on --replay; "
+                    "then stay up --linger seconds so that subscribers can replay. vLLM's own flag for the same "
+                    "stream: --kv-events-config '{\"enable_kv_cache_events\": true, \"publisher\": \"zmq\", "
+                    "\"endpoint\": \"tcp://*:5557\", \"replay_endpoint\": \"tcp://*:5558\", "
+                    "\"topic\": \"kv-events\"}'.")
+    p.add_argument("--publish", default="tcp://127.0.0.1:5557", metavar="ENDPOINT",
+                   help="PUB endpoint (loopback tcp, port 0 for a free one, or ipc://PATH)")
+    p.add_argument("--replay", default="tcp://127.0.0.1:5558", metavar="ENDPOINT",
+                   help="replay (ROUTER) endpoint; 'none' for no replay")
+    p.add_argument("--topic", default="kv-events", help="the topic frame of every message")
+    p.add_argument("--prompts", type=int, default=6, metavar="N",
+                   help="how many chat requests (the chapters' six questions after one system prompt, repeated)")
+    p.add_argument("--max-tokens", type=int, default=16, help="tokens generated per request")
+    p.add_argument("--linger", type=float, default=10.0, metavar="S",
+                   help="seconds to stay up after the last request (Ctrl-C ends it sooner)")
+    p.add_argument("--model", default=None, help="a preset, a model folder, or 'default' (the default)")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
+    p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
+    p.set_defaults(handler=run_events)
+
+
+def run_events(args: argparse.Namespace) -> int:
+    import json
+    import signal
+    import time
+
+    from nano_engine.kv_pubsub import KVEventPublisher, check_endpoint
+
+    if args.prompts < 1:
+        raise ValueError(f"--prompts must be >= 1, got {args.prompts}")
+    if not args.linger >= 0:
+        raise ValueError(f"--linger must be >= 0 seconds, got {args.linger}")
+    if args.max_tokens < 1:
+        raise ValueError(f"--max-tokens must be >= 1, got {args.max_tokens}")
+    replay = None if args.replay.lower() == "none" else check_endpoint(args.replay)
+    check_endpoint(args.publish)
+    device = check_device(args.device)
+
+    def stop(signum, frame):           # SIGTERM ends the run as Ctrl-C does: sockets closed, exit 130
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        with KVEventPublisher(args.publish, replay, topic=args.topic.encode()) as publisher:
+            endpoint, replay_endpoint = publisher.bound_endpoints
+            print(f"events: publishing KV events on {endpoint} (replay: {replay_endpoint or 'off'}, "
+                  f"topic {args.topic!r}, vLLM 0.33 wire format)", flush=True)
+            summary = _publish_engine_events(args, device, publisher)
+            summary.update(publish=endpoint, replay=replay_endpoint)
+            print(json.dumps(summary), flush=True)
+            print(f"events: done; staying up {args.linger:g} s for replays (Ctrl-C to stop)", flush=True)
+            end = time.monotonic() + args.linger
+            while time.monotonic() < end:
+                time.sleep(min(0.1, max(0.0, end - time.monotonic())))
+    except KeyboardInterrupt:
+        print("events: interrupted; sockets closed", file=sys.stderr, flush=True)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return 0
+
+
+def _publish_engine_events(args: argparse.Namespace, device: str, publisher) -> dict:
+    """Run the engine on the prompts, one KV event batch per step; returns what was published."""
+    import torch
+
+    from nano_engine.checkpoints import resolve_model
+    from nano_engine.engine import LLMEngine, SamplingParams
+    from nano_engine.kv_pubsub import StepBatcher
+    from nano_engine.model import Transformer
+    from nano_engine.prefix_cache import PrefixCachingBlockPool
+    from nano_engine.prompts import QUESTIONS, chat_prompts
+
+    path = resolve_model(args.model)
+    model = Transformer.from_pretrained(path, device=device, dtype=getattr(torch, args.dtype) if args.dtype else None)
+    tokenizer = load_tokenizer(path)
+    questions = [QUESTIONS[i % len(QUESTIONS)] + (f" ({i // len(QUESTIONS)})" if i >= len(QUESTIONS) else "")
+                 for i in range(args.prompts)]
+    engine = LLMEngine(model, eos_token_id=tokenizer.eos_token_id, cache="vllm")
+    pool = engine.cache.pool
+    assert isinstance(pool, PrefixCachingBlockPool)      # cache="vllm" builds one
+    batcher = StepBatcher(pool, publisher)   # the pool's subscribe(), as router.py's in-process view
+    try:
+        for prompt in chat_prompts(tokenizer, questions):
+            engine.add_request(prompt, SamplingParams(max_tokens=args.max_tokens))
+        steps = 0
+        while engine.scheduler.has_unfinished:
+            engine.step()
+            steps += 1
+            batcher.flush()
+    finally:
+        batcher.close()
+    return {"model": str(path.name), "prompts": args.prompts, "steps": steps, "batches": batcher.num_batches,
+            "events": batcher.num_events, "next_seq": publisher.next_seq,
+            "cached_blocks": sum(len(blocks) for blocks in pool.hash_to_blocks.values()),
+            "cached_hashes": len(pool.hash_to_blocks)}
+
+
+COMMANDS: list[Callable] = [add_generate_command, add_hitrate_command, add_cluster_command, add_bench_command,
+                            add_events_command]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

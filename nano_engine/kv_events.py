@@ -29,6 +29,11 @@ each hash as the int of its digest's low 64 bits (``vllm/v1/core/kv_cache_utils.
 (``vllm/v1/core/kv_cache_utils.py::to_event_extra_keys``), the LoRA name in ``lora_name``. A consumer that
 recomputes a hash from an event must therefore re-tag the keys first. The pool's ``event_hash``
 turns a hash into its published form.
+
+Across processes these dataclasses travel as vLLM 0.33.0 encodes its own (``nano_engine.kv_wire``:
+msgspec / msgpack, byte for byte), over ZeroMQ as vLLM sends them (``nano_engine.kv_pubsub``). The
+fields after ``lora_name`` (``group_idx``, ``kv_cache_spec_kind``, ...) are vLLM's, carried for
+that: this package's pools leave them ``None``.
 """
 
 from collections import Counter

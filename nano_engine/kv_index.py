@@ -5,25 +5,28 @@ Every engine (a *worker*) publishes KV events (:mod:`nano_engine.kv_events`, car
 for a new request's chain of block hashes, how much of the chain each worker already holds.
 
 :class:`KVBlockIndex` has llm-d's shape: a map from block hash to the workers that hold it, with
-the medium (tier) of each copy (``llm-d/llm-d-kv-cache-manager`` at ``a378f5b``,
-``pkg/kvcache/kvblock/``: the index maps a block key to its pod entries, each with a device tier).
-NVIDIA Dynamo keeps a radix tree whose nodes carry worker sets instead, plus a per-worker lookup from
-the engine's hash to the node (``lib/kv-router/src/indexer/README.md``); both answer the same
-question. Because a block's hash chains its whole prefix, a hash names one prefix, and a flat map
-is enough: the tree only saves walking.
+the medium (tier) of each copy (``llm-d/llm-d-kv-cache-manager``, ``pkg/kvcache/kvblock/index.go``:
+``Index.Add(keys, entries)`` / ``Evict(key, entries)`` with ``PodEntry{PodIdentifier, DeviceTier}``;
+read at commit ``2f1f51e``). NVIDIA Dynamo keeps a radix tree whose nodes carry worker sets
+instead, plus a per-worker lookup from the engine's hash to the node
+(``lib/kv-router/src/indexer/README.md``); both answer the same question. Because a block's hash
+chains its whole prefix, a hash names one prefix, and a flat map is enough: the tree only saves
+walking.
 
 **Counting, not sets.** In vLLM mode one hash can be cached by several blocks of one engine at once
 (duplicates), and vLLM emits one ``BlockRemoved`` per evicted block (vLLM 0.33.0,
 ``vllm/v1/core/block_pool.py``: ``_emit_block_removed_events``). So the index counts blocks per
 (worker, medium, hash), as :func:`nano_engine.kv_events.replay` does with a ``Counter``: a hash is
-held while its count is above zero. A ``BlockRemoved`` for a hash the worker is not known to hold
+held while its count is above zero. (llm-d's in-memory index keeps a *set* of pod entries per key,
+``InMemoryIndex.Evict`` in ``pkg/kvcache/kvblock/in_memory.go`` at commit ``00bb4ca``: there one
+``BlockRemoved`` of a duplicated hash drops the pod although its other block still holds it.) A ``BlockRemoved`` for a hash the worker is not known to hold
 (a subscriber that joined late) is ignored: a count never goes below zero.
 
 ``AllBlocksCleared`` drops everything the worker holds, every medium (as ``replay`` does for the
 medium it follows).
 
 **Matching** (:meth:`KVBlockIndex.match`), as llm-d's ``LongestPrefixScorer`` sees a pod
-(``pkg/kvcache/kvblock_scorer.go`` at ``a378f5b``): walk the request's block hashes from the first;
+(``pkg/kvcache/kvblock_scorer.go`` at commit ``a378f5b``, 2025-12-10, as the chapter's notes read it): walk the request's block hashes from the first;
 a worker's prefix is the longest run from block 0 of blocks it holds in the ``"GPU"`` or ``"CPU"``
 medium; each block of that run counts once, on the best tier it is held on. ``match`` returns, per
 worker, ``(gpu, cpu)``: how many blocks of its prefix it holds on GPU, and how many on CPU only

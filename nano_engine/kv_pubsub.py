@@ -29,24 +29,36 @@ replay, and the bookkeeping that turns an unreliable stream into an exact one:
 - on its first ``poll`` it asks for a replay from 0: a SUB that connects loses what was published
   before the connection completed (ZeroMQ's "slow joiner"), and a router that starts after the
   engine must learn what the engine already holds (llm-d fixed exactly this: llm-d-router PR #1887);
+- after ``idle_probe_ms`` without any message it asks for a replay from the next ``seq`` (a tail
+  probe: the last batches of a burst can be dropped with nothing after them to show the gap);
 - a live ``seq`` that goes **backwards** means the engine restarted (a new publisher counts from 0
   again; its cache is empty): ``on_reset(worker)``, then everything from 0 again
   (``restarts_detected``);
+- but a restart can also come with no live batch at all, or with the new publisher already past
+  the old ``seq`` when the subscriber reconnects (vLLM's format names no publisher and no epoch).
+  So every replay request starts one batch early, at the last batch applied (the *anchor*), and
+  the answer must begin with the very same bytes (the publisher buffers payloads as sent, and a
+  batch carries its timestamp). An answer with nothing from the anchor on, or other bytes there,
+  comes from another publisher: a restart, handled as above;
+- an answer that starts after the anchor means the gap is older than the publisher's buffer: lost
+  for good. The worker is reset and followed from the oldest batch still buffered (``resyncs``):
+  the index then misses blocks stored earlier, but never keeps a block the engine dropped;
 - a payload that does not decode (:class:`~nano_engine.kv_wire.WireError`: malformed, unknown event
   tag) is logged and counted (``malformed``) and its ``seq`` is passed over as if it were empty:
   a replay would return the same bytes.
 
 Why DEALER and not REQ for replay: one request gets many replies (every buffered batch, then the
 end marker). REQ is a strict one-request-one-reply socket: it takes the first reply and ignores
-the rest until the next request. Measured in ``/work``'s notes (ANCHORS part B.4): a ROUTER streaming
-4 replies delivers 1 to a REQ and all 4 to a DEALER. vLLM's example consumer uses REQ; llm-d
+the rest until the next request (a second receive fails with ``EFSM``; a ROUTER streaming 4
+replies delivers 1 to a REQ and all 4 to a DEALER; ``tests/test_kv_pubsub.py`` shows the first).
+vLLM's example consumer (``examples/online_serving/kv_events_subscriber.py``) uses REQ; llm-d
 (PR #1887) and Mooncake (PR #3616) had to switch to DEALER. A DEALER adds no envelope, so the
 request starts with the empty delimiter frame REQ would have added (the ROUTER expects
 ``[identity, b"", start_seq]``).
 
-What sequence numbers cannot tell: a restart whose first batches are all lost (the new publisher
-has already passed the old ``seq`` when the subscriber reconnects) looks like a gap, not a restart;
-vLLM's format carries no publisher identity or epoch. Every wait here has a timeout.
+Every wait here has a timeout: ``poll(timeout_ms)``, a replay without its end marker after
+``replay_timeout_ms`` (the DEALER is then replaced, so a late answer cannot pass for the next one),
+the replay thread's 50 ms poll, ``close``'s join.
 """
 
 from __future__ import annotations
@@ -90,7 +102,10 @@ def _bind(sock: zmq.Socket, endpoint: str) -> str:
     endpoint = check_endpoint(endpoint)
     if endpoint.startswith("tcp://") and endpoint.rsplit(":", 1)[1] in ("0", "*"):
         endpoint = endpoint.rsplit(":", 1)[0] + ":*"
-    sock.bind(endpoint)
+    try:
+        sock.bind(endpoint)
+    except zmq.ZMQError as error:
+        raise ValueError(f"cannot bind {endpoint}: {error} (port 0 picks a free one)") from None
     return sock.getsockopt_string(zmq.LAST_ENDPOINT)
 
 
@@ -111,11 +126,13 @@ class KVEventPublisher:
         drop_rate: fault injection: this fraction of batches (drawn with ``seed``) is buffered for
             replay but never sent on PUB, as if the network had dropped it.
         data_parallel_rank: written into every batch (vLLM's ``data_parallel_rank``).
+        context: a ``zmq.Context`` to make the sockets in (left open by ``close``); None: an own one,
+            terminated by ``close``.
     """
 
     def __init__(self, endpoint: str, replay_endpoint: str | None = None, *, topic: bytes = b"kv-events",
                  buffer_steps: int = 10_000, hwm: int = 100_000, drop_rate: float = 0.0, seed: int = 0,
-                 data_parallel_rank: int | None = None) -> None:
+                 data_parallel_rank: int | None = None, context: zmq.Context | None = None) -> None:
         if not isinstance(topic, bytes):
             raise ValueError(f"topic must be bytes, got {topic!r}")
         if not isinstance(buffer_steps, int) or buffer_steps < 1:
@@ -135,7 +152,8 @@ class KVEventPublisher:
         self._buffer: deque[tuple[int, bytes]] = deque(maxlen=buffer_steps)
         self._lock = threading.Lock()             # the buffer, between publish() and the replay thread
         self._closed = False
-        self._ctx = zmq.Context()
+        self._own_ctx = context is None
+        self._ctx = zmq.Context() if context is None else context
         self._pub: zmq.Socket | None = None
         self._replay: zmq.Socket | None = None
         self._thread: threading.Thread | None = None
@@ -204,12 +222,17 @@ class KVEventPublisher:
             start_seq = int.from_bytes(start, "big")
             with self._lock:
                 batches = [(seq, payload) for seq, payload in self._buffer if seq >= start_seq]
-            for seq, payload in batches:
-                sock.send_multipart((client, b"", self.topic, _seq_bytes(seq), payload))
-            sock.send_multipart((client, b"", b"", END_SEQ, b""))
+            try:
+                for seq, payload in batches:
+                    sock.send_multipart((client, b"", self.topic, _seq_bytes(seq), payload))
+                sock.send_multipart((client, b"", b"", END_SEQ, b""))
+            except zmq.ZMQError as error:       # the thread must survive one bad answer (vLLM logs it too)
+                if self._stop.is_set():
+                    return
+                logger.warning("KV replay: answering from seq %d failed: %s", start_seq, error)
 
     def close(self) -> None:
-        """Stop the replay thread, close the sockets and terminate the context (idempotent)."""
+        """Stop the replay thread, close the sockets and terminate an own context (idempotent)."""
         if self._closed:
             return
         self._closed = True
@@ -224,7 +247,8 @@ class KVEventPublisher:
         for sock in (self._pub, self._replay):
             if sock is not None:
                 sock.close(linger=0)
-        self._ctx.term()
+        if self._own_ctx:
+            self._ctx.term()
 
     def __enter__(self) -> KVEventPublisher:
         return self
@@ -241,23 +265,31 @@ class KVEventSubscriber:
         replay_endpoint: its ROUTER replay address; None: gaps are detected but not recovered.
         worker: the name passed to the callbacks (which engine this stream is).
         on_batch: ``on_batch(worker, seq, events)`` for every batch, in ``seq`` order, once.
-        on_reset: ``on_reset(worker)`` when the engine restarted (its cache is empty); the
-            stream then starts again from ``seq`` 0.
+        on_reset: ``on_reset(worker)`` when what the worker holds must be forgotten: the engine
+            restarted (its cache is empty), or batches were lost for good and the stream is
+            resumed from the oldest batch the publisher still has.
         topic: the topic prefix subscribed to.
-        replay: ask for a replay from 0 on the first ``poll`` (catch up with what was published
-            before this subscriber connected) and on every gap.
+        replay: use the replay socket (catch-up on the first ``poll``, gaps, tail probes).
         replay_timeout_ms: how long to wait for a replay's end marker before asking again.
-        max_replay_attempts: requests for one gap before giving it up (logged).
+        max_replay_attempts: requests in a row for one missing ``seq`` before giving it up.
+        idle_probe_ms: after this long without any message, ask for a replay from the next ``seq``
+            (a *tail probe*): the last batches of a burst can be dropped with no later batch to
+            reveal the gap, and a subscriber that started before its publisher hears nothing live.
+            An up-to-date subscriber gets just its last batch and the end marker back.
+        rcvhwm: the SUB socket's receive high-water mark.
+        context: a ``zmq.Context`` to make the sockets in (left open by ``close``); None: an own one,
+            terminated by ``close``. One context for many subscribers saves an I/O thread each.
 
     Counters: ``batches_applied``, ``gaps_detected``, ``gaps_recovered``, ``gaps_lost``,
-    ``restarts_detected``, ``malformed``, ``duplicates``.
+    ``restarts_detected``, ``resyncs`` (resumed after a loss), ``malformed``, ``duplicates``,
+    ``live_received`` (messages that came on SUB), ``replay_requests``.
     """
 
     def __init__(self, endpoint: str, replay_endpoint: str | None = None, *, worker: Hashable = 0,
                  on_batch: Callable[[Hashable, int, list[KVEvent]], None],
                  on_reset: Callable[[Hashable], None] | None = None, topic: bytes = b"kv-events",
                  replay: bool = True, replay_timeout_ms: int = 1000, max_replay_attempts: int = 3,
-                 rcvhwm: int = 100_000) -> None:
+                 idle_probe_ms: int = 1000, rcvhwm: int = 100_000, context: zmq.Context | None = None) -> None:
         check_endpoint(endpoint)
         if replay_endpoint is not None:
             check_endpoint(replay_endpoint)
@@ -265,21 +297,28 @@ class KVEventSubscriber:
         self.on_batch, self.on_reset, self.topic = on_batch, on_reset, topic
         self.replay = replay and replay_endpoint is not None
         self.replay_timeout_ms, self.max_replay_attempts = replay_timeout_ms, max_replay_attempts
+        self.idle_probe_ms = idle_probe_ms
         self.batches_applied = self.gaps_detected = self.gaps_recovered = self.gaps_lost = 0
-        self.restarts_detected = self.malformed = self.duplicates = 0
+        self.restarts_detected = self.resyncs = self.malformed = self.duplicates = 0
+        self.live_received = self.replay_requests = 0
         self.expected = 0                      # the next seq to apply
         self.pending: dict[int, bytes] = {}    # batches that arrived ahead of `expected`
+        self._last_payload: bytes | None = None  # the bytes of batch expected - 1 (the replay anchor)
         self._open_gaps: list[int] = []        # end (exclusive) of each gap not yet filled, ascending
         self._highest = -1                     # highest seq seen (live or replayed)
         self._last_live: int | None = None     # last seq seen on the live stream
-        self._replay_sent: float | None = None # monotonic time of the replay request in flight
-        self._replay_start = -1               # the start of the last replay requested
-        self._replay_attempts = 0             # requests in a row with that start
+        self._replay_sent: float | None = None  # monotonic time of the replay request in flight
+        self._replay_start = -1                # the first seq the last request needs
+        self._replay_anchor = -1               # the seq it asked from (start - 1 to check continuity)
+        self._replay_unanswered = False        # no message of its answer yet
+        self._replay_attempts = 0              # requests in a row with that start
         self._started = False
         self._warned_silent = False
-        self._silent_ms = 0                   # time polled before anything arrived
+        self._silent_ms = 0                    # time polled before anything arrived
+        self._last_message = time.monotonic()  # when the last message (live or replayed) arrived
         self._closed = False
-        self._ctx = zmq.Context()
+        self._own_ctx = context is None
+        self._ctx = zmq.Context() if context is None else context
         self._sub = self._ctx.socket(zmq.SUB)
         self._sub.setsockopt(zmq.RCVHWM, rcvhwm)
         self._sub.setsockopt(zmq.LINGER, 0)
@@ -289,13 +328,22 @@ class KVEventSubscriber:
         self._dealer: zmq.Socket | None = None
         self._poller = zmq.Poller()
         self._poller.register(self._sub, zmq.POLLIN)
+        self._timeouts_in_row = 0
         if self.replay:
-            self._dealer = self._ctx.socket(zmq.DEALER)
-            self._dealer.setsockopt(zmq.LINGER, 0)
-            self._dealer.setsockopt(zmq.RCVHWM, 0)        # a replay is bounded by the publisher's buffer
-            self._dealer.setsockopt(zmq.RECONNECT_IVL, 20)
-            self._dealer.connect(replay_endpoint)        # type: ignore[arg-type]
-            self._poller.register(self._dealer, zmq.POLLIN)
+            self._open_dealer()
+
+    def _open_dealer(self) -> None:
+        """A fresh DEALER for replay (after a timeout: a late answer to the old one must not be
+        mistaken for the answer to the next request, and the end marker names no request)."""
+        if self._dealer is not None:
+            self._poller.unregister(self._dealer)
+            self._dealer.close(linger=0)
+        self._dealer = self._ctx.socket(zmq.DEALER)
+        self._dealer.setsockopt(zmq.LINGER, 0)
+        self._dealer.setsockopt(zmq.RCVHWM, 0)        # a replay is bounded by the publisher's buffer
+        self._dealer.setsockopt(zmq.RECONNECT_IVL, 20)
+        self._dealer.connect(self.replay_endpoint)   # type: ignore[arg-type]
+        self._poller.register(self._dealer, zmq.POLLIN)
 
     # -- the loop -------------------------------------------------------------------------------------
 
@@ -313,7 +361,13 @@ class KVEventSubscriber:
             self._drain(self._dealer, live=False)
         if self._sub in ready:
             self._drain(self._sub, live=True)
+        now = time.monotonic()
+        if ready:
+            self._last_message = now
         self._check_replay_timeout()
+        if self.replay and self._replay_sent is None and (now - self._last_message) * 1000 >= self.idle_probe_ms:
+            self._last_message = now
+            self._request_replay(self.expected)  # tail probe
         if not ready and self._last_live is None and self.batches_applied == 0:
             self._silent_ms += timeout_ms
             if self._silent_ms >= self.replay_timeout_ms and not self._warned_silent:
@@ -338,13 +392,10 @@ class KVEventSubscriber:
                 continue
             _, seq_bytes, payload = frames
             if live:
+                self.live_received += 1
                 self._on_live(int.from_bytes(seq_bytes, "big"), payload)
             else:
-                seq = int.from_bytes(seq_bytes, "big", signed=True)
-                if seq == -1:
-                    self._on_replay_end()
-                else:
-                    self._on_batch(seq, payload)
+                self._on_replayed(int.from_bytes(seq_bytes, "big", signed=True), payload)
 
     def _bad_frames(self, frames: list[bytes], where: str) -> None:
         self.malformed += 1
@@ -353,16 +404,7 @@ class KVEventSubscriber:
 
     def _on_live(self, seq: int, payload: bytes) -> None:
         if self._last_live is not None and seq <= self._last_live:
-            self.restarts_detected += 1
-            logger.warning("KV events from %s (worker %r): seq went backwards (%d after %d): the engine "
-                           "restarted; resetting the worker and resyncing from seq 0",
-                           self.endpoint, self.worker, seq, self._last_live)
-            if self.on_reset is not None:
-                self.on_reset(self.worker)
-            self.expected, self._highest = 0, -1
-            self.pending.clear()
-            self._open_gaps.clear()
-            self._replay_sent, self._replay_start, self._replay_attempts = None, -1, 0
+            self._restart(f"seq went backwards ({seq} after {self._last_live})")
         self._last_live = seq
         self._on_batch(seq, payload)
 
@@ -382,9 +424,9 @@ class KVEventSubscriber:
         self._highest = max(self._highest, seq)
         self.pending[seq] = payload
         if not self.replay and seq > self.expected:
-            self._give_up(seq)
+            self._skip_to(seq)
         self._apply_ready()
-        if self.expected <= self._highest and self._replay_sent is None and self.replay:
+        if self.replay and self.expected <= self._highest and self._replay_sent is None:
             self._request_replay(self.expected)
 
     def _apply_ready(self) -> None:
@@ -398,7 +440,7 @@ class KVEventSubscriber:
                 logger.warning("KV events from %s (worker %r): batch seq %d skipped: %s",
                                self.endpoint, self.worker, seq, error)
                 events = None
-            self.expected = seq + 1
+            self.expected, self._last_payload = seq + 1, payload
             if events is not None:
                 self.on_batch(self.worker, seq, events)
                 self.batches_applied += 1
@@ -406,39 +448,101 @@ class KVEventSubscriber:
                 self._open_gaps.pop(0)
                 self.gaps_recovered += 1
 
-    def _give_up(self, upto: int) -> None:
-        """Accept that seq ``expected .. upto - 1`` are lost: skip to ``upto``."""
-        lost = [end for end in self._open_gaps if end <= upto]
+    def _skip_to(self, seq: int) -> None:
+        """Without replay: accept that ``expected .. seq - 1`` are lost and go on from ``seq``."""
+        lost = [end for end in self._open_gaps if end <= seq]
         self.gaps_lost += len(lost)
-        self._open_gaps = [end for end in self._open_gaps if end > upto]
-        self.expected = upto
+        self._open_gaps = self._open_gaps[len(lost):]
+        self.expected = seq
+
+    def _forget(self) -> None:
+        """Drop the stream's state and the worker's blocks (``on_reset``)."""
+        self.gaps_lost += len(self._open_gaps)
+        self._open_gaps.clear()
+        self.pending.clear()
+        self.expected, self._highest, self._last_payload, self._last_live = 0, -1, None, None
+        self._replay_sent, self._replay_start, self._replay_anchor, self._replay_attempts = None, -1, -1, 0
+        if self.on_reset is not None:
+            self.on_reset(self.worker)
+
+    def _restart(self, why: str) -> None:
+        """The publisher is a new one (its seq starts at 0 again, its cache is empty): start over."""
+        self.restarts_detected += 1
+        logger.warning("KV events from %s (worker %r): %s: the engine restarted; resetting the worker and "
+                       "resyncing from seq 0", self.endpoint, self.worker, why)
+        self._forget()
+        if self.replay:
+            self._request_replay(0)
+
+    def _resync_from(self, first: int, why: str) -> None:
+        """Batches before ``first`` are lost for good: forget the worker, resume from ``first``.
+
+        The index then misses the blocks stored before ``first`` that the engine still holds, but
+        never keeps one it dropped (a removal it never saw): under-reporting costs a router a hit,
+        a stale block sends a request where its prefix no longer is.
+        """
+        self.resyncs += 1
+        logger.warning("KV events from %s (worker %r): %s; resetting the worker and resuming from seq %d (its "
+                       "blocks stored earlier are unknown until stored again)", self.endpoint, self.worker, why,
+                       first)
+        pending = {seq: payload for seq, payload in self.pending.items() if seq >= first}
+        highest, last_live = self._highest, self._last_live    # the same publisher: its seq goes on
+        self._forget()
+        self.pending, self.expected, self._highest = pending, first, max(highest, first - 1)
+        self._last_live = last_live
+        self._apply_ready()
 
     # -- replay ---------------------------------------------------------------------------------------
 
     def _request_replay(self, start: int) -> None:
+        """Ask for every buffered batch from ``start`` (from ``start - 1`` when that is the last batch
+        applied: the answer must begin with the same bytes, or the publisher is not the one we follow)."""
         assert self._dealer is not None
+        anchor = start - 1 if start > 0 and start == self.expected and self._last_payload is not None else start
         try:
-            self._dealer.send_multipart((b"", _seq_bytes(start)), zmq.NOBLOCK)
+            self._dealer.send_multipart((b"", _seq_bytes(anchor)), zmq.NOBLOCK)
         except zmq.Again:
             logger.warning("KV events: replay request to %s could not be queued", self.replay_endpoint)
         # attempts count the requests in a row for one start: a replay that moved `expected` on
         # was progress (drops during a long stream are normal), one that did not may be hopeless
         self._replay_attempts = self._replay_attempts + 1 if start == self._replay_start else 1
-        self._replay_sent, self._replay_start = time.monotonic(), start
+        self._replay_sent, self._replay_start, self._replay_anchor = time.monotonic(), start, anchor
+        self._replay_unanswered = True
+        self.replay_requests += 1
+
+    def _on_replayed(self, seq: int, payload: bytes) -> None:
+        first, self._replay_unanswered = self._replay_unanswered, False
+        checking = first and self._replay_anchor == self.expected - 1 >= 0
+        if seq == -1:                                   # the end marker
+            self._replay_sent, self._timeouts_in_row = None, 0
+            if checking:
+                self._restart(f"the replay socket holds nothing from seq {self._replay_anchor}, the last "
+                              "batch applied")
+            else:
+                self._on_replay_end()
+            return
+        if checking and seq == self._replay_anchor:
+            if payload != self._last_payload:
+                self._restart(f"replayed batch seq {seq} differs from the one applied")
+                self._on_batch(seq, payload)            # the new publisher's batch: kept for after 0 .. seq-1
+            else:
+                self.duplicates += 1
+            return
+        if checking and seq > self._replay_anchor:
+            self._resync_from(seq, f"the replay buffer starts at seq {seq}, after the last batch applied "
+                                   f"({self._replay_anchor})")
+            return
+        self._on_batch(seq, payload)
 
     def _on_replay_end(self) -> None:
-        self._replay_sent = None
         if self.expected > self._highest:
+            self._replay_attempts = 0           # nothing missing: the next request starts a new count
             return
         # The replay is over and `expected` is still missing.
-        first = min(self.pending) if self.pending else self._highest + 1
-        if self.expected == self._replay_start and self._replay_attempts >= self.max_replay_attempts:
-            logger.warning("KV events from %s (worker %r): seq %d..%d not recovered after %d replay requests "
-                           "(no longer in the publisher's buffer?); skipping them, the index may miss or "
-                           "keep blocks", self.endpoint, self.worker, self.expected, first - 1,
-                           self._replay_attempts)
-            self._give_up(first)
-            self._apply_ready()
+        if self._replay_start == self.expected and self._replay_attempts >= self.max_replay_attempts:
+            first = min(self.pending) if self.pending else self._highest + 1
+            self._resync_from(first, f"seq {self.expected}..{first - 1} not recovered after "
+                                     f"{self._replay_attempts} replay requests")
         if self.expected <= self._highest:
             self._request_replay(self.expected)
 
@@ -447,16 +551,14 @@ class KVEventSubscriber:
             return
         if (time.monotonic() - self._replay_sent) * 1000 < self.replay_timeout_ms:
             return
-        logger.warning("KV events: no end of replay from %s within %d ms (publisher not up, or its answer "
-                       "was dropped)", self.replay_endpoint, self.replay_timeout_ms)
+        self._timeouts_in_row += 1
+        log = logger.warning if self._timeouts_in_row == 1 else logger.debug    # once per silence
+        log("KV events: no end of replay from %s within %d ms (publisher not up, or its answer was dropped)",
+            self.replay_endpoint, self.replay_timeout_ms)
         self._replay_sent = None
-        if self.expected <= self._highest:
-            if self.expected == self._replay_start and self._replay_attempts >= self.max_replay_attempts:
-                first = min(self.pending) if self.pending else self._highest + 1
-                self._give_up(first)
-                self._apply_ready()
-            if self.expected <= self._highest:
-                self._request_replay(self.expected)
+        self._replay_unanswered = False
+        self._open_dealer()
+        self._on_replay_end()
 
     @property
     def in_sync(self) -> bool:
@@ -464,17 +566,50 @@ class KVEventSubscriber:
         return self.expected > self._highest and self._replay_sent is None
 
     def close(self) -> None:
-        """Close both sockets and terminate the context (idempotent)."""
+        """Close both sockets and terminate an own context (idempotent)."""
         if self._closed:
             return
         self._closed = True
         self._sub.close(linger=0)
         if self._dealer is not None:
             self._dealer.close(linger=0)
-        self._ctx.term()
+        if self._own_ctx:
+            self._ctx.term()
 
     def __enter__(self) -> KVEventSubscriber:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class StepBatcher:
+    """A pool's KV events, gathered and published as one batch per engine step.
+
+    vLLM publishes once per scheduler step, and only when the step produced events
+    (``vllm/v1/core/sched/scheduler.py``, 0.33.0: ``Scheduler.update_from_output`` takes the KV cache
+    manager's events and calls ``publisher.publish(KVEventBatch(ts=time.time(), events=events))``).
+    ``source`` is anything with ``subscribe(callback) -> unsubscribe``: a
+    :class:`~nano_engine.prefix_cache.PrefixCachingBlockPool` (an ``LLMEngine``'s is
+    ``engine.cache.pool``). Call :meth:`flush` after each step.
+    """
+
+    def __init__(self, source, publisher: KVEventPublisher) -> None:
+        self.publisher = publisher
+        self.events: list[KVEvent] = []
+        self.num_events = self.num_batches = 0
+        self._unsubscribe: Callable[[], None] = source.subscribe(self.events.append)
+
+    def flush(self) -> int | None:
+        """Publish the events gathered since the last flush as one batch; its seq, or None if none."""
+        if not self.events:
+            return None
+        seq = self.publisher.publish(self.events)
+        self.num_events += len(self.events)
+        self.num_batches += 1
+        self.events.clear()
+        return seq
+
+    def close(self) -> None:
+        """Stop listening to the pool (what is gathered and not flushed is dropped)."""
+        self._unsubscribe()

@@ -210,6 +210,7 @@ def encode_batch(events: Sequence[KVEvent], ts: float, data_parallel_rank: int |
         raise WireError(f"KV event batch cannot be encoded in vLLM's format: {error}") from None
 
 
+_LEGACY_EVENT = re.compile(r"Expected `object`, got `array` - at `\$\[1\]\[\d+\]`")
 _UNKNOWN_TAG = re.compile(r"Invalid value (?P<tag>.+) - at `\$\[1\]\[(?P<index>\d+)\]\.type`")
 
 
@@ -226,7 +227,10 @@ def decode_batch(payload: bytes) -> tuple[float, list[KVEvent], int | None]:
         if unknown:
             raise WireError(f"unknown KV event tag {unknown['tag']} (event {unknown['index']} of the batch; "
                             f"known: {', '.join(EVENT_TAGS)})") from None
-        raise WireError(f"not a vLLM KV event batch: {error}") from None
+        legacy = _LEGACY_EVENT.search(str(error))
+        hint = (" (events as arrays: the positional format of vLLM until 0.23, which PR #42892 replaced by "
+                "tagged maps; this decoder reads 0.33's maps)") if legacy else ""
+        raise WireError(f"not a vLLM KV event batch: {error}{hint}") from None
     except msgspec.DecodeError as error:
         raise WireError(f"malformed KV event batch ({len(payload)} bytes are not msgpack: {error})") from None
     return batch.ts, [_from_wire(e) for e in batch.events], batch.data_parallel_rank

@@ -91,7 +91,9 @@ def test_dropped_batches_recovered_by_replay_and_lost_without(no_leaks):
 
 def test_instance_restart_is_detected_and_resynced(no_leaks):
     result = run_cluster(TRACE[:50], config(router="llm-d", restart_instance=(1, 20)))
-    assert result.restarts_detected == 1
+    # At least once: a replay request in flight across the restart can make the subscriber see it
+    # a second time (its reset is harmless: the index is rebuilt by replay before the next decision).
+    assert result.restarts_detected >= 1
     assert result.index_accuracy == 1.0
     assert sum(result.requests_per_instance) == 50      # the restarted instance's requests were sent again
 
