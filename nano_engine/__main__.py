@@ -395,13 +395,20 @@ def run_cluster_command(args: argparse.Namespace) -> int:
                      ("--restart-router", config.restart_router_at)):
         if at is not None and at >= len(trace):
             raise ValueError(f"{name}: request {at} is past the trace's last ({len(trace) - 1})")
+    import signal
+
     from nano_engine.cluster import ClusterError
 
+    # `kill` (SIGTERM) unwinds like Ctrl-C, so that run_cluster's cleanup stops the instances.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))
     try:
         result = run_cluster(trace, config, progress=True).as_dict()
     except ClusterError as error:
         print(f"nano-engine cluster: failed: {error}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:        # every instance process is already stopped (run_cluster's finally)
+        print("nano-engine cluster: interrupted", file=sys.stderr)
+        return 130
     if args.json:
         print(json.dumps(result))
         return 0

@@ -34,7 +34,8 @@ run of the request's blocks, from block 0, that the index says it holds:
       logit          = overlap_score_weight * prefill_blocks + decode_blocks     (lower is better)
 
   Defaults as ``KvRouterConfig::default()`` (``lib/llm/src/kv_router.rs``): ``overlap_score_weight``
-  1.0, ``router_temperature`` 0.0. Temperature 0 takes the argmin (ties drawn at random, as
+  1.0, ``router_temperature`` 0.0, the same in every version of the file we read (we pinned no
+  Dynamo release). Temperature 0 takes the argmin (ties drawn at random, as
   Dynamo's ``minimum_cost_index``); T > 0 samples worker i with probability proportional to
   ``exp(-(logit_i - min) / ((max - min) * T))`` (the logits normalised to [0, 1] first; all equal:
   uniform), as ``softmax_sample``. The overlap counts device (GPU) blocks only; today's Dynamo adds
@@ -54,13 +55,22 @@ run of the request's blocks, from block 0, that the index says it holds:
     kubernetes-sigs/gateway-api-inference-extension).
   - ``kv-cache``, weight 1: ``1 - KV utilisation``.
 
-  Weights: the ``prefix-cache-scorer`` 2, ``kv-cache-scorer`` 1, ``queue-scorer`` 1 of llm-d's
-  precise-prefix-cache guide (``benchmarking/37-capacity``). Where this package differs: llm-d
+  Weights: the endpoint picker's ``prefix-cache-scorer`` 2, ``kv-cache-scorer`` 1, ``queue-scorer``
+  1, as llm-d configures precise prefix caching (read beside llm-d-kv-cache-manager at ``a378f5b``). Where this package differs: llm-d
   reads each pod's waiting queue and KV utilisation from its metrics; here they are the router's
   own counts (requests in flight; the blocks of the prompts in flight over the worker's capacity),
   so every policy sees the same load.
 
-The approximate tree matches a request's ``tokens``; the event-driven policies look up its
+  A consequence of the normalisation worth seeing: a worker that holds no block of the request
+  scores 0 on the prefix, and any holder of block 0 up to 2, which the two load scorers (at most
+  1 + 1) can only tie. On Mooncake's conversation trace, where every request starts with the same
+  block, the first worker to hold it takes every request until its KV utilisation reaches 1, and
+  a worker that never got one can starve (``benchmarks/README.md``: one of four instances served
+  nothing): cache affinity funnelling traffic to one worker, as users reported of SGLang's router
+  (sgl-project/sglang PR #14305) and vLLM's production-stack router (vllm-project/router PR #198).
+
+The approximate tree matches a request's ``tokens`` (on a Mooncake trace, its block ids: one
+"token" per 512 real ones); the event-driven policies look up its
 ``block_hashes``, the chained hashes of its full blocks in the form the KV events publish them, so
 the router must hash exactly as the engines do (same algorithm, block size, seed).
 """

@@ -13,8 +13,6 @@ from collections import Counter
 
 import pytest
 
-pytest.importorskip("nano_engine.kv_pubsub", reason="the KV event transport (branch events) is not merged yet")
-
 from nano_engine.cluster import Cluster, ClusterConfig, ClusterError, TraceInstance, jaccard, run_cluster
 from nano_engine.kv_events import replay
 from nano_engine.traces import TraceReplay, load_trace
@@ -93,7 +91,9 @@ def test_dropped_batches_recovered_by_replay_and_lost_without(no_leaks):
 
 def test_instance_restart_is_detected_and_resynced(no_leaks):
     result = run_cluster(TRACE[:50], config(router="llm-d", restart_instance=(1, 20)))
-    assert result.restarts_detected == 1
+    # At least once: a replay request in flight across the restart can make the subscriber see it
+    # a second time (its reset is harmless: the index is rebuilt by replay before the next decision).
+    assert result.restarts_detected >= 1
     assert result.index_accuracy == 1.0
     assert sum(result.requests_per_instance) == 50      # the restarted instance's requests were sent again
 
@@ -133,3 +133,26 @@ def test_bad_configs():
         ClusterConfig(drop_rate=1.0)
     with pytest.raises(ValueError, match="capacity_tokens"):
         ClusterConfig(capacity_tokens=100)
+
+
+def test_restart_of_an_instance_that_never_published_completes(no_leaks):
+    # Instance 1 has published only its handshake (seq 0) when it restarts: if the new process's
+    # seq 0 is lost while the subscriber reconnects, its seq 1 looks like the old stream going on.
+    # The run must neither hang nor lose the index (the old process held nothing).
+    result = run_cluster(TRACE[:10], config(router="round-robin", restart_instance=(1, 0)))
+    assert result.index_accuracy == 1.0 and sum(result.requests_per_instance) == 10
+
+
+def test_cluster_command_prints_the_json(no_leaks, capsys):
+    import json
+
+    from nano_engine.__main__ import main
+
+    assert main(["cluster", "--instances", "2", "--requests", "20", "--capacity", str(CAPACITY), "--router", "llm-d",
+                 "--drop-rate", "0.2", "--restart-instance", "0@10", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    for key in ("hit_rate", "requests_per_instance", "load_imbalance", "gaps_detected", "gaps_recovered",
+                "index_accuracy", "ttft_p50_ms_model", "ttft_p90_ms_model"):
+        assert key in row, key
+    assert sum(row["requests_per_instance"]) == 20 and row["index_accuracy"] == 1.0
+    assert row["restart_instance"] == [0, 10] and row["gaps_recovered"] == row["gaps_detected"]

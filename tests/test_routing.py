@@ -217,3 +217,23 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="no request in flight"):
         policy.on_finished(0, request(1))
     assert set(POLICIES) == {"random", "round-robin", "least-loaded", "approx", "dynamo", "llm-d"}
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--instances", "0"], "--instances must be >= 1"),
+    (["--restart-instance", "4@3"], "no instance 4"),
+    (["--restart-instance", "1-3"], "write K@T"),
+    (["--capacity", "inf"], "finite"),
+    (["--capacity", "100"], "capacity_tokens must be an int >= 512"),
+    (["--drop-rate", "1"], "--drop-rate must be in [0, 1)"),
+    (["--requests", "5", "--restart-router", "5"], "past the trace's last"),
+    (["--trace", "no/such/file.jsonl"], "no such file"),
+])
+def test_cluster_command_refuses_bad_arguments_before_starting_anything(capsys, argv, fragment):
+    from nano_engine.__main__ import main
+
+    assert main(["cluster", *argv]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert captured.out == "" and len(lines) == 1 and lines[0].startswith("nano-engine cluster: error: "), captured.err
+    assert fragment in lines[0], lines[0]
