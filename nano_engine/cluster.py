@@ -147,8 +147,8 @@ class TraceInstance:
     """A simulated engine fed trace requests: a vLLM-mode block pool and a FIFO prefill server.
 
     A trace block (512 tokens, one hash id) is one block of the pool, so one published hash per
-    512 tokens (see :mod:`nano_engine.traces`). ``events`` collects what the pool emits until
-    taken. Times are in milliseconds; ``now`` is where the instance's clock starts.
+    512 tokens (see :mod:`nano_engine.traces`); ``pool.subscribe`` gives its KV events. Times are
+    in milliseconds; ``now`` is where the instance's clock starts.
     """
 
     def __init__(self, capacity_tokens: int, *, prefill_tokens_per_ms: float = PREFILL_TOKENS_PER_MS,
@@ -156,8 +156,6 @@ class TraceInstance:
         self.cache = TraceReplay("vllm", capacity_tokens)
         assert self.cache.pool is not None
         self.pool = self.cache.pool
-        self.events: list = []
-        self.pool.subscribe(self.events.append)
         self.prefill_tokens_per_ms, self.decode_ms_per_token = prefill_tokens_per_ms, decode_ms_per_token
         self.waiting: deque[tuple[int, float, TraceRequest]] = deque()
         self.running: list[_Running] = []
@@ -200,7 +198,7 @@ class TraceInstance:
 def _instance_main(conn: Any, parent_pid: int, endpoint: str, replay_endpoint: str, config: ClusterConfig,
                    seed: int, now: float) -> None:
     """A child process: one instance and its publisher, answering the router's commands."""
-    from nano_engine.kv_pubsub import KVEventPublisher
+    from nano_engine.kv_pubsub import KVEventPublisher, StepBatcher
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)      # the parent handles Ctrl-C and stops us
     publisher = None
@@ -210,30 +208,29 @@ def _instance_main(conn: Any, parent_pid: int, endpoint: str, replay_endpoint: s
         instance = TraceInstance(config.capacity_tokens, prefill_tokens_per_ms=config.prefill_tokens_per_ms,
                                  decode_ms_per_token=config.decode_ms_per_token, now=now)
 
-        def flush(t: float) -> int:
-            """Publish the pending events; after a dropped batch, empty ones until one is sent."""
+        batcher = StepBatcher(instance.pool, publisher)     # one batch per step, as vLLM publishes
+
+        def flush() -> int:
+            """Publish the step's events; after a dropped batch, empty ones until one is sent."""
             assert publisher is not None
-            if instance.events:
-                dropped = publisher.num_dropped
-                publisher.publish(instance.events, ts=t / 1000)
-                instance.events.clear()
+            dropped = publisher.num_dropped
+            if batcher.flush() is not None:
                 for _ in range(10_000):
                     if publisher.num_dropped == dropped:
                         break
                     dropped = publisher.num_dropped
-                    publisher.publish([], ts=t / 1000)
+                    publisher.publish([])
             return publisher.next_seq - 1
 
         def hello() -> int:
             """An empty batch that is never dropped: how the router learns we are connected."""
             assert publisher is not None
             publisher.drop_rate = 0.0
-            seq = publisher.publish([], ts=now / 1000)
-            return seq
+            return publisher.publish([])
 
         def step(t: float) -> tuple[list, int, float]:
             finished = instance.advance(t)
-            return finished, flush(t), instance.next_time()
+            return finished, flush(), instance.next_time()
 
         conn.send(("ready", None))
         while True:
