@@ -505,8 +505,10 @@ def run_events(args: argparse.Namespace) -> int:
     check_endpoint(args.publish)
     device = check_device(args.device)
 
-    def stop(signum, frame):           # SIGTERM ends the run as Ctrl-C does: sockets closed, exit 130
-        raise KeyboardInterrupt
+    def stop(signum, frame):
+        # SIGTERM ends the run as Ctrl-C does (sockets closed, exit 130), and through SIGINT's current
+        # handler, so an engine step holds it back until its bookkeeping is done (interrupts.py)
+        signal.raise_signal(signal.SIGINT)
 
     previous = signal.signal(signal.SIGTERM, stop)
     try:

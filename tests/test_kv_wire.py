@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given, settings, strategies as st
 from kv_event_helpers import pool_events
 
 from nano_engine.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, replay
@@ -198,3 +199,33 @@ def test_unknown_fields_from_a_newer_vllm_are_ignored():
     payload = msgspec.msgpack.encode([3.0, [{"type": "BlockRemoved", "block_hashes": [4], "medium": "GPU",
                                              "future_field": [1, 2]}]])
     assert decode_batch(payload) == (3.0, [BlockRemoved([4])], None)
+
+
+# -- any event, both ways ------------------------------------------------------------------------------
+
+block_hash = st.one_of(st.integers(-(2**63), 2**64 - 1), st.binary(min_size=1, max_size=32))
+maybe_str = st.one_of(st.none(), st.text(max_size=6))
+maybe_int = st.one_of(st.none(), st.integers(0, 2**31))
+extra_key = st.one_of(st.text(max_size=4), st.integers(0, 99), st.tuples(st.text(max_size=4), st.integers(0, 99)))
+any_stored = st.builds(
+    BlockStored, st.lists(block_hash, max_size=4), st.one_of(st.none(), block_hash),
+    st.lists(st.integers(0, 2**32), max_size=8), st.integers(1, 64), maybe_int,
+    st.one_of(st.none(), st.lists(st.one_of(st.none(), st.tuples(extra_key) | st.tuples(extra_key, extra_key)),
+                                  max_size=4)),
+    medium=st.sampled_from(["GPU", "CPU", "STORAGE"]), lora_name=maybe_str, group_idx=maybe_int,
+    kv_cache_spec_kind=maybe_str, kv_cache_spec_sliding_window=maybe_int, locality=maybe_str,
+    ownership=maybe_str, session_id=maybe_str,
+    lookahead_token_ids=st.one_of(st.none(), st.lists(st.lists(st.integers(0, 999), max_size=3), max_size=3)))
+any_removed = st.builds(BlockRemoved, st.lists(block_hash, max_size=4), medium=st.sampled_from(["GPU", "CPU"]),
+                        group_idx=maybe_int, locality=maybe_str, ownership=maybe_str)
+any_event = st.one_of(any_stored, any_removed, st.just(AllBlocksCleared()))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(any_event, max_size=6), st.floats(allow_nan=False, allow_infinity=False), maybe_int)
+def test_any_batch_round_trips_through_vllms_structs(events, ts, rank):
+    payload = encode_batch(events, ts, rank)
+    theirs = vllm_decoder.decode(payload)                        # a vLLM consumer reads it
+    assert (theirs.ts, theirs.data_parallel_rank) == (ts, rank)
+    assert vllm_encoder.encode(theirs) == payload                # and would have written the same bytes
+    assert decode_batch(payload) == (ts, events, rank)           # and we read back exactly what we sent
