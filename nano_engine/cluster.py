@@ -53,7 +53,7 @@ import tempfile
 import time
 import traceback
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,6 +101,7 @@ class ClusterConfig:
     decode_ms_per_token: float = DECODE_MS_PER_TOKEN
     accuracy_every: int | None = None
     timeout_s: float = CALL_TIMEOUT_S
+    router_options: Mapping[str, Any] | None = None     # passed to the policy (e.g. Dynamo's temperature)
 
     def __post_init__(self) -> None:
         def whole(name: str, value: Any, low: int) -> None:
@@ -129,6 +130,19 @@ class ClusterConfig:
             whole("accuracy_every", self.accuracy_every, 1)
         if not (self.timeout_s > 0):
             raise ValueError(f"timeout_s must be > 0, got {self.timeout_s!r}")
+        if self.router_options:     # the policy checks the values: build one now, not in the middle of a run
+            try:
+                make_policy(self.router, self.instances, index=_NoIndex(), capacity_blocks=1, **self.router_options)
+            except TypeError as error:
+                raise ValueError(f"router_options {dict(self.router_options)} do not apply to the {self.router} "
+                                 f"router ({error})") from None
+
+
+class _NoIndex:
+    """An empty index, to check a policy's options before any event flows."""
+
+    def workers_for(self, block_hash: Any) -> dict:
+        return {}
 
 
 # ------------------------------------------------------------------------------ one instance
@@ -335,7 +349,7 @@ class ClusterResult:
             "ttft_p90_ms_model": round(self.ttft_percentile(90), 3),
             "drop_rate": c.drop_rate, "replay": c.replay,
             "restart_instance": list(c.restart_instance) if c.restart_instance else None,
-            "restart_router_at": c.restart_router_at, "seed": c.seed,
+            "restart_router_at": c.restart_router_at, "seed": c.seed, "router_options": dict(c.router_options or {}),
             "prefill_tokens_per_ms": c.prefill_tokens_per_ms, "decode_ms_per_token": c.decode_ms_per_token,
             **({"accuracy_over_time": self.accuracy_over_time} if c.accuracy_every else {}),
         }
@@ -578,7 +592,7 @@ class Cluster:
     def _make_policy(self) -> RoutingPolicy:
         c = self.config
         return make_policy(c.router, c.instances, index=self.index if c.router in EVENT_POLICIES else None,
-                           seed=c.seed, capacity_blocks=c.capacity_tokens // TOKENS_PER_ID)
+                           seed=c.seed, capacity_blocks=c.capacity_tokens // TOKENS_PER_ID, **(c.router_options or {}))
 
     def run(self, trace: Trace, *, progress: bool = False, fail_after: int | None = None,
             fault: type[BaseException] = RuntimeError) -> ClusterResult:

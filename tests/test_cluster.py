@@ -158,3 +158,12 @@ def test_cluster_command_prints_the_json(no_leaks, capsys):
         assert key in row, key
     assert sum(row["requests_per_instance"]) == 20 and row["index_accuracy"] == 1.0
     assert row["restart_instance"] == [0, 10] and row["gaps_recovered"] == row["gaps_detected"]
+
+
+def test_accuracy_over_time_and_router_options(no_leaks):
+    result = run_cluster(TRACE[:30], config(accuracy_every=10, router_options={"temperature": 0.5}))
+    assert [n for n, _ in result.accuracy_over_time] == [10, 20, 30]
+    assert all(a == 1.0 for _, a in result.accuracy_over_time)
+    assert result.as_dict()["router_options"] == {"temperature": 0.5}
+    with pytest.raises(ValueError, match="do not apply to the random router"):
+        ClusterConfig(router="random", router_options={"temperature": 0.5})
