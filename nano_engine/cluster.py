@@ -423,8 +423,13 @@ class Cluster:
                 raise ClusterError(f"instance {k} did not answer {what!r} within {timeout or self.config.timeout_s:.0f} s")
             status, result = conn.recv()
         except (EOFError, OSError) as error:
-            code = self.procs[k].exitcode if self.procs[k] is not None else None
-            raise ClusterError(f"instance {k} is gone (exit code {code}) while answering {what!r}: {error!r}") from None
+            code = None
+            if self.procs[k] is not None:
+                self.procs[k].join(timeout=1.0)      # it is exiting: its status says why
+                code = self.procs[k].exitcode
+            hint = (" (a script that starts a cluster needs `if __name__ == \"__main__\":` around it: the spawn start "
+                    "method imports the script again in each instance)" if what == "start-up" else "")
+            raise ClusterError(f"instance {k} is gone (exit code {code}) while answering {what!r}: {error!r}{hint}") from None
         if status == "error":
             raise ClusterError(f"instance {k} failed on {what!r}:\n{result}")
         return result
