@@ -348,6 +348,10 @@ def add_cluster_command(subparsers) -> None:
                    help="fault: instance K restarts (empty cache, seq from 0) after request T")
     p.add_argument("--restart-router", type=int, default=None, metavar="T",
                    help="fault: the router loses its index after request T and resubscribes")
+    p.add_argument("--overlap-score-weight", type=float, default=None, metavar="W",
+                   help="--router dynamo: the weight of the prefill blocks in its cost (Dynamo's default 1.0)")
+    p.add_argument("--router-temperature", type=float, default=None, metavar="T",
+                   help="--router dynamo: softmax temperature over the costs (Dynamo's default 0: the cheapest)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(handler=run_cluster_command)
@@ -384,10 +388,14 @@ def run_cluster_command(args: argparse.Namespace) -> int:
         raise ValueError(f"--requests must be >= 1, got {args.requests}")
     if not 0 <= args.drop_rate < 1:
         raise ValueError(f"--drop-rate must be in [0, 1), got {args.drop_rate}")
+    options = {name: value for name, value in (("overlap_score_weight", args.overlap_score_weight),
+                                                ("temperature", args.router_temperature)) if value is not None}
+    if options and args.router != "dynamo":
+        raise ValueError(f"--overlap-score-weight and --router-temperature apply to --router dynamo, not {args.router}")
     config = ClusterConfig(instances=args.instances, router=args.router, capacity_tokens=capacity,
                            drop_rate=args.drop_rate, replay=not args.no_replay,
                            restart_instance=parse_restart(args.restart_instance, args.instances),
-                           restart_router_at=args.restart_router, seed=args.seed)
+                           restart_router_at=args.restart_router, seed=args.seed, router_options=options or None)
     trace = load_trace(args.trace)
     if args.requests is not None:
         trace = trace[:args.requests]

@@ -53,7 +53,7 @@ import tempfile
 import time
 import traceback
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,6 +101,7 @@ class ClusterConfig:
     decode_ms_per_token: float = DECODE_MS_PER_TOKEN
     accuracy_every: int | None = None
     timeout_s: float = CALL_TIMEOUT_S
+    router_options: Mapping[str, Any] | None = None     # passed to the policy (e.g. Dynamo's temperature)
 
     def __post_init__(self) -> None:
         def whole(name: str, value: Any, low: int) -> None:
@@ -129,6 +130,19 @@ class ClusterConfig:
             whole("accuracy_every", self.accuracy_every, 1)
         if not (self.timeout_s > 0):
             raise ValueError(f"timeout_s must be > 0, got {self.timeout_s!r}")
+        if self.router_options:     # the policy checks the values: build one now, not in the middle of a run
+            try:
+                make_policy(self.router, self.instances, index=_NoIndex(), capacity_blocks=1, **self.router_options)
+            except TypeError as error:
+                raise ValueError(f"router_options {dict(self.router_options)} do not apply to the {self.router} "
+                                 f"router ({error})") from None
+
+
+class _NoIndex:
+    """An empty index, to check a policy's options before any event flows."""
+
+    def workers_for(self, block_hash: Any) -> dict:
+        return {}
 
 
 # ------------------------------------------------------------------------------ one instance
@@ -147,8 +161,8 @@ class TraceInstance:
     """A simulated engine fed trace requests: a vLLM-mode block pool and a FIFO prefill server.
 
     A trace block (512 tokens, one hash id) is one block of the pool, so one published hash per
-    512 tokens (see :mod:`nano_engine.traces`). ``events`` collects what the pool emits until
-    taken. Times are in milliseconds; ``now`` is where the instance's clock starts.
+    512 tokens (see :mod:`nano_engine.traces`); ``pool.subscribe`` gives its KV events. Times are
+    in milliseconds; ``now`` is where the instance's clock starts.
     """
 
     def __init__(self, capacity_tokens: int, *, prefill_tokens_per_ms: float = PREFILL_TOKENS_PER_MS,
@@ -156,8 +170,6 @@ class TraceInstance:
         self.cache = TraceReplay("vllm", capacity_tokens)
         assert self.cache.pool is not None
         self.pool = self.cache.pool
-        self.events: list = []
-        self.pool.subscribe(self.events.append)
         self.prefill_tokens_per_ms, self.decode_ms_per_token = prefill_tokens_per_ms, decode_ms_per_token
         self.waiting: deque[tuple[int, float, TraceRequest]] = deque()
         self.running: list[_Running] = []
@@ -200,7 +212,7 @@ class TraceInstance:
 def _instance_main(conn: Any, parent_pid: int, endpoint: str, replay_endpoint: str, config: ClusterConfig,
                    seed: int, now: float) -> None:
     """A child process: one instance and its publisher, answering the router's commands."""
-    from nano_engine.kv_pubsub import KVEventPublisher
+    from nano_engine.kv_pubsub import KVEventPublisher, StepBatcher
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)      # the parent handles Ctrl-C and stops us
     publisher = None
@@ -210,30 +222,29 @@ def _instance_main(conn: Any, parent_pid: int, endpoint: str, replay_endpoint: s
         instance = TraceInstance(config.capacity_tokens, prefill_tokens_per_ms=config.prefill_tokens_per_ms,
                                  decode_ms_per_token=config.decode_ms_per_token, now=now)
 
-        def flush(t: float) -> int:
-            """Publish the pending events; after a dropped batch, empty ones until one is sent."""
+        batcher = StepBatcher(instance.pool, publisher)     # one batch per step, as vLLM publishes
+
+        def flush() -> int:
+            """Publish the step's events; after a dropped batch, empty ones until one is sent."""
             assert publisher is not None
-            if instance.events:
-                dropped = publisher.num_dropped
-                publisher.publish(instance.events, ts=t / 1000)
-                instance.events.clear()
+            dropped = publisher.num_dropped
+            if batcher.flush() is not None:
                 for _ in range(10_000):
                     if publisher.num_dropped == dropped:
                         break
                     dropped = publisher.num_dropped
-                    publisher.publish([], ts=t / 1000)
+                    publisher.publish([])
             return publisher.next_seq - 1
 
         def hello() -> int:
             """An empty batch that is never dropped: how the router learns we are connected."""
             assert publisher is not None
             publisher.drop_rate = 0.0
-            seq = publisher.publish([], ts=now / 1000)
-            return seq
+            return publisher.publish([])
 
         def step(t: float) -> tuple[list, int, float]:
             finished = instance.advance(t)
-            return finished, flush(t), instance.next_time()
+            return finished, flush(), instance.next_time()
 
         conn.send(("ready", None))
         while True:
@@ -338,7 +349,7 @@ class ClusterResult:
             "ttft_p90_ms_model": round(self.ttft_percentile(90), 3),
             "drop_rate": c.drop_rate, "replay": c.replay,
             "restart_instance": list(c.restart_instance) if c.restart_instance else None,
-            "restart_router_at": c.restart_router_at, "seed": c.seed,
+            "restart_router_at": c.restart_router_at, "seed": c.seed, "router_options": dict(c.router_options or {}),
             "prefill_tokens_per_ms": c.prefill_tokens_per_ms, "decode_ms_per_token": c.decode_ms_per_token,
             **({"accuracy_over_time": self.accuracy_over_time} if c.accuracy_every else {}),
         }
@@ -412,8 +423,13 @@ class Cluster:
                 raise ClusterError(f"instance {k} did not answer {what!r} within {timeout or self.config.timeout_s:.0f} s")
             status, result = conn.recv()
         except (EOFError, OSError) as error:
-            code = self.procs[k].exitcode if self.procs[k] is not None else None
-            raise ClusterError(f"instance {k} is gone (exit code {code}) while answering {what!r}: {error!r}") from None
+            code = None
+            if self.procs[k] is not None:
+                self.procs[k].join(timeout=1.0)      # it is exiting: its status says why
+                code = self.procs[k].exitcode
+            hint = (" (a script that starts a cluster needs `if __name__ == \"__main__\":` around it: the spawn start "
+                    "method imports the script again in each instance)" if what == "start-up" else "")
+            raise ClusterError(f"instance {k} is gone (exit code {code}) while answering {what!r}: {error!r}{hint}") from None
         if status == "error":
             raise ClusterError(f"instance {k} failed on {what!r}:\n{result}")
         return result
@@ -581,7 +597,7 @@ class Cluster:
     def _make_policy(self) -> RoutingPolicy:
         c = self.config
         return make_policy(c.router, c.instances, index=self.index if c.router in EVENT_POLICIES else None,
-                           seed=c.seed, capacity_blocks=c.capacity_tokens // TOKENS_PER_ID)
+                           seed=c.seed, capacity_blocks=c.capacity_tokens // TOKENS_PER_ID, **(c.router_options or {}))
 
     def run(self, trace: Trace, *, progress: bool = False, fail_after: int | None = None,
             fault: type[BaseException] = RuntimeError) -> ClusterResult:

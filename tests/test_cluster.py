@@ -56,12 +56,14 @@ def reference_hits(trace, routed_to, instances, capacity) -> int:
 
 def test_instance_events_replay_to_its_cache():
     inst = TraceInstance(CAPACITY)
+    events: list = []
+    inst.pool.subscribe(events.append)
     for i, request in enumerate(TRACE[:80]):
         inst.submit(i, request.timestamp, request)
         inst.advance(request.timestamp)
     inst.advance(float("inf"))
-    assert any(type(e).__name__ == "BlockRemoved" for e in inst.events)
-    assert replay(inst.events, Counter()) == inst.cached_hashes()
+    assert any(type(e).__name__ == "BlockRemoved" for e in events)
+    assert replay(events, Counter()) == inst.cached_hashes()
     assert jaccard(set(), set()) == 1.0 and jaccard({1, 2}, {2, 3}) == pytest.approx(1 / 3)
 
 
@@ -156,3 +158,12 @@ def test_cluster_command_prints_the_json(no_leaks, capsys):
         assert key in row, key
     assert sum(row["requests_per_instance"]) == 20 and row["index_accuracy"] == 1.0
     assert row["restart_instance"] == [0, 10] and row["gaps_recovered"] == row["gaps_detected"]
+
+
+def test_accuracy_over_time_and_router_options(no_leaks):
+    result = run_cluster(TRACE[:30], config(accuracy_every=10, router_options={"temperature": 0.5}))
+    assert [n for n, _ in result.accuracy_over_time] == [10, 20, 30]
+    assert all(a == 1.0 for _, a in result.accuracy_over_time)
+    assert result.as_dict()["router_options"] == {"temperature": 0.5}
+    with pytest.raises(ValueError, match="do not apply to the random router"):
+        ClusterConfig(router="random", router_options={"temperature": 0.5})

@@ -228,6 +228,9 @@ def test_bad_arguments():
     (["--drop-rate", "1"], "--drop-rate must be in [0, 1)"),
     (["--requests", "5", "--restart-router", "5"], "past the trace's last"),
     (["--trace", "no/such/file.jsonl"], "no such file"),
+    (["--router", "llm-d", "--router-temperature", "1"], "apply to --router dynamo"),
+    (["--router", "dynamo", "--router-temperature", "-1"], "temperature must be"),
+    (["--router", "dynamo", "--overlap-score-weight", "nan"], "overlap_score_weight must be"),
 ])
 def test_cluster_command_refuses_bad_arguments_before_starting_anything(capsys, argv, fragment):
     from nano_engine.__main__ import main
