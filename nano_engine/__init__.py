@@ -57,6 +57,7 @@ two exceptions happen only when asked for: the engine's imports of ``fast/`` (a 
     kv_index.py        the router's global index: which worker holds which block hash, on which medium
     routing.py         a cluster's routers behind one interface: random .. approximate tree, Dynamo's cost, llm-d's scorers
     cluster.py         N instance processes publishing KV events over ZeroMQ, a router indexing them; faults, a TTFT model
+    engine_cluster.py  the same with real engines: a few LLMEngine processes on a real model, routed by their events
 
   fast/: the GPU fast path (optional; the engine runs without it, and so do the chapters)
     triton_attention.py  Triton kernels: write K/V by slot, attend through page tables

@@ -53,7 +53,7 @@ import tempfile
 import time
 import traceback
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -211,41 +211,77 @@ class TraceInstance:
 
 def _instance_main(conn: Any, parent_pid: int, endpoint: str, replay_endpoint: str, config: ClusterConfig,
                    seed: int, now: float) -> None:
-    """A child process: one instance and its publisher, answering the router's commands."""
-    from nano_engine.kv_pubsub import KVEventPublisher, StepBatcher
+    """A child process: one simulated instance and its publisher, answering the router's commands."""
+
+    def start(publisher: Any) -> tuple[Any, dict[str, Callable[..., Any]]]:
+        instance = TraceInstance(config.capacity_tokens, prefill_tokens_per_ms=config.prefill_tokens_per_ms,
+                                 decode_ms_per_token=config.decode_ms_per_token, now=now)
+        flush = publishing(instance.pool, publisher)
+
+        def step(t: float) -> tuple[list, int, float]:
+            finished = instance.advance(t)
+            return finished, flush(), instance.next_time()
+
+        def submit(request_id: int, arrival: float, request: TraceRequest, t: float) -> tuple[list, int, float]:
+            instance.submit(request_id, arrival, request)
+            return step(t)
+
+        return instance.pool, {"advance": step, "submit": submit}
+
+    serve_commands(conn, parent_pid, endpoint, replay_endpoint, config, seed, start)
+
+
+def publishing(pool: Any, publisher: Any) -> Callable[[], int]:
+    """A ``flush()`` that publishes the pool's events of one step as one batch (as vLLM publishes)
+    and returns the last seq; after a dropped batch, empty ones follow until one is sent, so that
+    the router sees the loss as a gap at once."""
+    from nano_engine.kv_pubsub import StepBatcher
+
+    batcher = StepBatcher(pool, publisher)
+
+    def flush() -> int:
+        dropped = publisher.num_dropped
+        if batcher.flush() is not None:
+            for _ in range(10_000):
+                if publisher.num_dropped == dropped:
+                    break
+                dropped = publisher.num_dropped
+                publisher.publish([])
+        return publisher.next_seq - 1
+
+    return flush
+
+
+def serve_commands(conn: Any, parent_pid: int, endpoint: str, replay_endpoint: str, config: ClusterConfig,
+                   seed: int, start: Callable[[Any], tuple[Any, dict[str, Callable[..., Any]]]]) -> None:
+    """An instance process's loop: open the publisher, build the instance (``start(publisher)``
+    returns its pool and its own commands), then answer the router's commands until ``stop``.
+    The commands every instance has: ``hello`` (an empty batch that is never dropped: how the
+    router learns we are connected), ``start`` (faults on), ``truth`` (the cached hashes, as the
+    events publish them), ``dropped``, ``crash`` (fault injection) and ``stop``."""
+    from nano_engine.kv_pubsub import KVEventPublisher
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)      # the parent handles Ctrl-C and stops us
     publisher = None
     try:
         publisher = KVEventPublisher(endpoint, replay_endpoint, buffer_steps=config.buffer_steps, drop_rate=0.0,
                                      seed=seed)
-        instance = TraceInstance(config.capacity_tokens, prefill_tokens_per_ms=config.prefill_tokens_per_ms,
-                                 decode_ms_per_token=config.decode_ms_per_token, now=now)
-
-        batcher = StepBatcher(instance.pool, publisher)     # one batch per step, as vLLM publishes
-
-        def flush() -> int:
-            """Publish the step's events; after a dropped batch, empty ones until one is sent."""
-            assert publisher is not None
-            dropped = publisher.num_dropped
-            if batcher.flush() is not None:
-                for _ in range(10_000):
-                    if publisher.num_dropped == dropped:
-                        break
-                    dropped = publisher.num_dropped
-                    publisher.publish([])
-            return publisher.next_seq - 1
+        pool, commands = start(publisher)
 
         def hello() -> int:
-            """An empty batch that is never dropped: how the router learns we are connected."""
             assert publisher is not None
             publisher.drop_rate = 0.0
             return publisher.publish([])
 
-        def step(t: float) -> tuple[list, int, float]:
-            finished = instance.advance(t)
-            return finished, flush(), instance.next_time()
+        def faults_on() -> None:
+            assert publisher is not None
+            publisher.drop_rate = config.drop_rate
 
+        def crash() -> None:
+            raise RuntimeError("injected fault in the instance")
+
+        commands = {"hello": hello, "start": faults_on, "truth": lambda: {pool.event_hash(h) for h in pool.hash_to_blocks},
+                    "dropped": lambda: publisher.num_dropped, "crash": crash, **commands}
         conn.send(("ready", None))
         while True:
             if not conn.poll(1.0):
@@ -253,29 +289,13 @@ def _instance_main(conn: Any, parent_pid: int, endpoint: str, replay_endpoint: s
                     return
                 continue
             command, args = conn.recv()
+            if command == "stop":
+                conn.send(("ok", None))
+                return
             try:
-                if command == "stop":
-                    conn.send(("ok", None))
-                    return
-                if command == "hello":
-                    result: Any = hello()
-                elif command == "start":            # after the hello handshake: faults on
-                    publisher.drop_rate = config.drop_rate
-                    result = None
-                elif command == "advance":
-                    result = step(args[0])
-                elif command == "submit":
-                    request_id, arrival, request, t = args
-                    instance.submit(request_id, arrival, request)
-                    result = step(t)
-                elif command == "truth":
-                    result = instance.cached_hashes()
-                elif command == "dropped":
-                    result = publisher.num_dropped
-                elif command == "crash":            # fault injection for the tests
-                    raise RuntimeError("injected fault in the instance")
-                else:
+                if command not in commands:
                     raise ValueError(f"unknown command {command!r}")
+                result = commands[command](*args)
             except Exception:
                 conn.send(("error", traceback.format_exc()))
                 return
@@ -368,6 +388,8 @@ class Cluster:
     """The instances' processes, the router's subscribers and index; use as a context manager
     (``close`` reaps every child and removes the socket folder)."""
 
+    child_main: Callable[..., None] = staticmethod(_instance_main)   # what each instance process runs
+
     def __init__(self, config: ClusterConfig) -> None:
         from nano_engine.kv_index import KVBlockIndex
         from nano_engine.prefix_cache import PrefixCachingBlockPool
@@ -407,7 +429,7 @@ class Cluster:
         parent, child = self._ctx.Pipe()
         pub, replay = self.endpoints(k)
         seed = self.config.seed * 1_000_003 + k * 101 + self._generation[k]
-        proc = self._ctx.Process(target=_instance_main, name=f"nano-instance-{k}", daemon=True,
+        proc = self._ctx.Process(target=self.child_main, name=f"nano-instance-{k}", daemon=True,
                                  args=(child, os.getpid(), pub, replay, self.config, seed, now))
         proc.start()
         child.close()
