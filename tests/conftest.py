@@ -8,7 +8,11 @@ vocabulary, 4 layers) is loaded once per session (per xdist worker); its greedy 
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -34,15 +38,22 @@ if "PYTEST_XDIST_WORKER_COUNT" in os.environ:     # in case a plugin imported to
 
 # Tests that start heavy helpers share one worker per kind under `--dist loadgroup` (`make test`):
 # the chapters one after another (each starts a kernel), the browser tests one after another
-# (each starts JupyterLab and Chromium).
+# (each starts JupyterLab and Chromium), and the tests that read `judge.py check`'s one run.
 XDIST_GROUPS = ("notebook", "browser")
+SHARED_RUN_GROUPS = {"judge_check": "judge_check"}    # session fixture -> the group of the tests using it
+
+
+def _xdist_groups(item) -> list[str]:
+    groups = [group for group in XDIST_GROUPS if item.get_closest_marker(group)]
+    groups += [group for fixture, group in SHARED_RUN_GROUPS.items() if fixture in getattr(item, "fixturenames", ())]
+    return sorted(groups)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(config, items):
-    for item in items:
-        for group in XDIST_GROUPS:
-            if item.get_closest_marker(group):
+    if config.pluginmanager.hasplugin("xdist"):    # its mark is unknown under -p no:xdist
+        for item in items:
+            for group in _xdist_groups(item):
                 item.add_marker(pytest.mark.xdist_group(group))
     yield                               # pytest-xdist's hook reads the marks here
     if not getattr(config.option, "loadgroup", False):     # set on xdist's workers under --dist loadgroup
@@ -54,10 +65,31 @@ def pytest_collection_modifyitems(config, items):
     from _pytest.nodeid import NodeId
 
     for item in items:
-        groups = sorted(group for group in XDIST_GROUPS if item.get_closest_marker(group))
+        groups = _xdist_groups(item)
         suffix = "@" + "_".join(groups)
         if groups and not item.nodeid.endswith(suffix):
             item._id = NodeId.parse(item.nodeid + suffix)
+
+
+JUDGE_CHECK_TIMEOUT_S = 5.0     # CPU seconds per test, as for a learner's file in the notebooks
+
+
+@pytest.fixture(scope="session")
+def judge_check(tmp_path_factory) -> tuple[subprocess.CompletedProcess, dict]:
+    """``python practice/judge.py check --json``, run once: every exercise's reference, starter, wrong
+    variants and mistakes judged in child processes, its worked examples, seal and mutation report.
+    test_judge checks the command as a whole, test_exercises reads each wrong file's verdict from it
+    (one judging per file instead of two). Its tests share one xdist worker (``SHARED_RUN_GROUPS``),
+    so it runs once per ``make test``."""
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "NANO_ENGINE_WORKSPACE": str(tmp_path_factory.mktemp("workspace")), "NO_COLOR": "1"}
+    proc = subprocess.run([sys.executable, str(root / "practice" / "judge.py"), "check", "--json",
+                           "--timeout", str(JUDGE_CHECK_TIMEOUT_S)],
+                          capture_output=True, text=True, cwd=str(root), env=env, timeout=1800)
+    try:
+        return proc, json.loads(proc.stdout)
+    except ValueError:
+        pytest.fail(f"judge.py check printed no JSON (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
 
 
 @pytest.fixture(scope="module")
