@@ -38,9 +38,10 @@ if "PYTEST_XDIST_WORKER_COUNT" in os.environ:     # in case a plugin imported to
 
 # Tests that start heavy helpers share one worker per kind under `--dist loadgroup` (`make test`):
 # the chapters one after another (each starts a kernel), the browser tests one after another
-# (each starts JupyterLab and Chromium), and the tests that read `judge.py check`'s one run.
+# (each starts JupyterLab and Chromium), and the tests that read `judge.py check`'s one run or the
+# one Triton-interpreter child.
 XDIST_GROUPS = ("notebook", "browser")
-SHARED_RUN_GROUPS = {"judge_check": "judge_check"}    # session fixture -> the group of the tests using it
+SHARED_RUN_GROUPS = {"judge_check": "judge_check", "interpreter_run": "interpreter_run"}   # session fixture -> group
 
 
 def _xdist_groups(item) -> list[str]:
@@ -90,6 +91,45 @@ def judge_check(tmp_path_factory) -> tuple[subprocess.CompletedProcess, dict]:
         return proc, json.loads(proc.stdout)
     except ValueError:
         pytest.fail(f"judge.py check printed no JSON (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+
+
+INTERPRETER_CASES = {   # file -> the tests of it that need TRITON_INTERPRET=1 (None: the whole file)
+    "test_triton_attention.py": None,
+    "test_fast_path.py": ["test_interpreter_engine_triton_equals_reference",
+                          "test_interpreter_runner_decode_through_static_buffers",
+                          "test_interpreter_runner_returns_the_requested_logit_rows",
+                          "test_interpreter_precompile_writes_nothing"],
+}
+
+
+@pytest.fixture(scope="session")
+def interpreter_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, dict[str, dict[str, int]]]:
+    """The Triton-interpreter cases of test_triton_attention.py and test_fast_path.py, in one child
+    pytest started with ``TRITON_INTERPRET=1`` (it must be set before the process first imports
+    triton; see test_triton_attention.py): one child, so torch and triton are imported once for both.
+    Returns the child and, per file, its counts of passed / failed / skipped tests (from JUnit XML).
+    Its tests share one xdist worker (``SHARED_RUN_GROUPS``), so it runs once per ``make test``."""
+    import xml.etree.ElementTree as ET
+
+    if os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on"):
+        pytest.skip("this is the interpreter run")   # the child itself: it starts no child
+    here = Path(__file__).resolve().parent
+    junit = tmp_path_factory.mktemp("interpreter") / "junit.xml"
+    targets = [str(here / name) if tests is None else f"{here / name}::{test}"
+               for name, tests in INTERPRETER_CASES.items() for test in (tests or [None])]
+    command = [sys.executable, "-m", "pytest", *targets, "-q", "-rs", "-p", "no:cacheprovider",
+               "-p", "no:xdist", f"--junitxml={junit}"]
+    child = subprocess.run(command, env={**os.environ, "TRITON_INTERPRET": "1"}, cwd=here.parent,
+                           capture_output=True, text=True, timeout=900)
+    counts = {name: {"passed": 0, "failed": 0, "skipped": 0} for name in INTERPRETER_CASES}
+    if junit.exists():
+        for case in ET.parse(junit).iter("testcase"):
+            name = case.get("classname", "").rsplit(".", 1)[-1] + ".py"
+            if name in counts:
+                kind = ("failed" if case.find("failure") is not None or case.find("error") is not None
+                        else "skipped" if case.find("skipped") is not None else "passed")
+                counts[name][kind] += 1
+    return child, counts
 
 
 @pytest.fixture(scope="module")
