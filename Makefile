@@ -56,9 +56,10 @@ lint: $(STAMP)
 	$(PY) -m mypy
 
 # One pytest-xdist worker per core. Under --dist loadgroup the chapters run one after another on one
-# worker, the browser tests on one worker (one JupyterLab and one Chromium for them all), and the
-# tests that read the one run of `judge.py check` on one worker (tests/conftest.py groups them by
-# their marks and fixtures), while the other workers take the rest.
+# worker, the browser tests on one worker (one JupyterLab and one Chromium for them all), the tests
+# that read the one run of `judge.py check` on one worker, and the two that read the one
+# Triton-interpreter child on one worker (tests/conftest.py groups them by their marks and
+# fixtures), while the other workers take the rest.
 PYTEST_PARALLEL := -n auto --dist loadgroup
 
 test: setup lint
