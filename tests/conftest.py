@@ -36,11 +36,13 @@ from nano_engine.model import Transformer, generate
 if "PYTEST_XDIST_WORKER_COUNT" in os.environ:     # in case a plugin imported torch before us
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
-# Tests that start heavy helpers share one worker per kind under `--dist loadgroup` (`make test`):
-# the chapters one after another (each starts a kernel), the browser tests one after another
-# (each starts JupyterLab and Chromium), and the tests that read `judge.py check`'s one run or the
-# one Triton-interpreter child.
-XDIST_GROUPS = ("notebook", "browser")
+# Tests that share a heavy helper run on one worker under `--dist loadgroup` (`make test`): the
+# browser tests (one JupyterLab and one Chromium for all of them), and the tests that read
+# `judge.py check`'s one run or the one Triton-interpreter child. The chapters are not grouped:
+# each starts its own kernel (own ports, own process, one thread per worker's share of the cores)
+# and writes nothing another chapter reads, so two run at once, one per worker, and the longest
+# chapters no longer queue behind each other on one worker.
+XDIST_GROUPS = ("browser",)
 SHARED_RUN_GROUPS = {"judge_check": "judge_check", "interpreter_run": "interpreter_run"}   # session fixture -> group
 
 
