@@ -51,6 +51,13 @@ two exceptions happen only when asked for: the engine's imports of ``fast/`` (a 
     router.py          which of several engine instances serves a request
     timing.py          the book chapter's reuse experiment timed: cache off vs on, TTFT and wall time
 
+  many engines in many processes (chapter 07)
+    kv_wire.py         KV events as bytes, exactly as vLLM 0.33 encodes them (msgspec / msgpack)
+    kv_pubsub.py       KV events over ZeroMQ: vLLM's publisher (PUB + replay ROUTER), a subscriber that recovers gaps
+    kv_index.py        the router's global index: which worker holds which block hash, on which medium
+    routing.py         a cluster's routers behind one interface: random .. approximate tree, Dynamo's cost, llm-d's scorers
+    cluster.py         N instance processes publishing KV events over ZeroMQ, a router indexing them; faults, a TTFT model
+
   fast/: the GPU fast path (optional; the engine runs without it, and so do the chapters)
     triton_attention.py  Triton kernels: write K/V by slot, attend through page tables
     fast_attention.py    the engine's attention context on those kernels; picking one by name
@@ -64,7 +71,7 @@ two exceptions happen only when asked for: the engine's imports of ``fast/`` (a 
     listing.py         show_source (a class's real source, never pasted text) and add_to_class (a class one method a cell)
 
   tools
-    __main__.py        the command line: ``python -m nano_engine generate | hitrate | bench``
+    __main__.py        the command line: ``python -m nano_engine generate | hitrate | cluster | bench | events``
     bench.py           throughput of LLMEngine beside transformers' batched generate
 """
 

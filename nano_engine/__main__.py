@@ -8,6 +8,8 @@ before any slow work starts.
 
     python -m nano_engine generate --prompt "What is a KV cache?" --max-tokens 32 --cache radix
     python -m nano_engine hitrate --trace conversation --cache hashed radix --capacity 1e6 3e6 1e7 inf --json
+    python -m nano_engine cluster --instances 4 --trace conversation --router dynamo --requests 2000 --json
+    python -m nano_engine events --publish tcp://127.0.0.1:5557 --replay tcp://127.0.0.1:5558 --prompts 6 --linger 30
 """
 
 from __future__ import annotations
@@ -324,6 +326,112 @@ def check_plot_path(path: Path) -> None:
         raise ValueError(f"--plot {path}: the folder {path.parent} does not exist")
 
 
+def add_cluster_command(subparsers) -> None:
+    from nano_engine.routing import POLICIES
+
+    p = subparsers.add_parser(
+        "cluster", help="route a trace over N instance processes that publish KV events (chapter 07)",
+        description="Start --instances processes, each a simulated engine with a real prefix cache publishing "
+                    "vLLM-format KV events over ZeroMQ; route the trace's requests with --router (the event-driven "
+                    "ones read an index built from those events) and print the hit rate, the load per instance, "
+                    "the index's accuracy and a TTFT from a stated cost model (see nano_engine.cluster).")
+    p.add_argument("--instances", type=int, default=4)
+    p.add_argument("--trace", default="conversation", metavar="NAME|PATH",
+                   help="conversation (default), synthetic, or a Mooncake-format .jsonl[.gz] path")
+    p.add_argument("--router", default="dynamo", choices=POLICIES)
+    p.add_argument("--capacity", default="2e6", metavar="TOKENS", help="prefix cache per instance, tokens (default 2e6)")
+    p.add_argument("--requests", type=int, default=None, metavar="N", help="only the trace's first N requests")
+    p.add_argument("--drop-rate", type=float, default=0.0, metavar="P",
+                   help="fault: each publisher drops this fraction of its event batches")
+    p.add_argument("--no-replay", action="store_true", help="subscribers detect gaps but do not replay them")
+    p.add_argument("--restart-instance", default=None, metavar="K@T",
+                   help="fault: instance K restarts (empty cache, seq from 0) after request T")
+    p.add_argument("--restart-router", type=int, default=None, metavar="T",
+                   help="fault: the router loses its index after request T and resubscribes")
+    p.add_argument("--overlap-score-weight", type=float, default=None, metavar="W",
+                   help="--router dynamo: the weight of the prefill blocks in its cost (Dynamo's default 1.0)")
+    p.add_argument("--router-temperature", type=float, default=None, metavar="T",
+                   help="--router dynamo: softmax temperature over the costs (Dynamo's default 0: the cheapest)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(handler=run_cluster_command)
+
+
+def parse_restart(text: str | None, instances: int) -> tuple[int, int] | None:
+    """``--restart-instance K@T`` as ``(K, T)``."""
+    if text is None:
+        return None
+    parts = text.split("@")
+    try:
+        k, t = (int(x) for x in parts)
+    except ValueError:
+        raise ValueError(f"--restart-instance {text}: write K@T, e.g. 1@500 (instance 1 after request 500)") from None
+    if not 0 <= k < instances:
+        raise ValueError(f"--restart-instance {text}: no instance {k} (instances are 0..{instances - 1})")
+    if t < 0:
+        raise ValueError(f"--restart-instance {text}: the request number must be >= 0")
+    return k, t
+
+
+def run_cluster_command(args: argparse.Namespace) -> int:
+    import json
+
+    from nano_engine.cluster import ClusterConfig, run_cluster
+    from nano_engine.traces import load_trace, parse_tokens
+
+    if args.instances < 1:
+        raise ValueError(f"--instances must be >= 1, got {args.instances}")
+    capacity = parse_tokens(args.capacity, "--capacity")
+    if capacity is None:
+        raise ValueError("--capacity inf: an instance's cache is finite (give tokens, e.g. 2e6)")
+    if args.requests is not None and args.requests < 1:
+        raise ValueError(f"--requests must be >= 1, got {args.requests}")
+    if not 0 <= args.drop_rate < 1:
+        raise ValueError(f"--drop-rate must be in [0, 1), got {args.drop_rate}")
+    options = {name: value for name, value in (("overlap_score_weight", args.overlap_score_weight),
+                                                ("temperature", args.router_temperature)) if value is not None}
+    if options and args.router != "dynamo":
+        raise ValueError(f"--overlap-score-weight and --router-temperature apply to --router dynamo, not {args.router}")
+    config = ClusterConfig(instances=args.instances, router=args.router, capacity_tokens=capacity,
+                           drop_rate=args.drop_rate, replay=not args.no_replay,
+                           restart_instance=parse_restart(args.restart_instance, args.instances),
+                           restart_router_at=args.restart_router, seed=args.seed, router_options=options or None)
+    trace = load_trace(args.trace)
+    if args.requests is not None:
+        trace = trace[:args.requests]
+    for name, at in (("--restart-instance", config.restart_instance and config.restart_instance[1]),
+                     ("--restart-router", config.restart_router_at)):
+        if at is not None and at >= len(trace):
+            raise ValueError(f"{name}: request {at} is past the trace's last ({len(trace) - 1})")
+    import signal
+
+    from nano_engine.cluster import ClusterError
+
+    # `kill` (SIGTERM) unwinds like Ctrl-C, so that run_cluster's cleanup stops the instances.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))
+    try:
+        result = run_cluster(trace, config, progress=True).as_dict()
+    except ClusterError as error:
+        print(f"nano-engine cluster: failed: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:        # every instance process is already stopped (run_cluster's finally)
+        print("nano-engine cluster: interrupted", file=sys.stderr)
+        return 130
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(f"{result['trace']}: {result['requests']:,} requests over {config.instances} instances of "
+          f"{capacity:,} tokens, router {config.router}")
+    print(f"  hit rate {result['hit_rate']:.1%}; requests per instance {result['requests_per_instance']} "
+          f"(imbalance {result['load_imbalance']:.2f})")
+    print(f"  KV events: {result['batches_dropped']} batches dropped, gaps detected {result['gaps_detected']}, "
+          f"recovered {result['gaps_recovered']}, lost {result['gaps_lost']}; restarts detected "
+          f"{result['restarts_detected']}; index accuracy {result['index_accuracy']:.4f}")
+    print(f"  TTFT (cost model, not measured): p50 {result['ttft_p50_ms_model'] / 1000:.2f} s, "
+          f"p90 {result['ttft_p90_ms_model'] / 1000:.2f} s")
+    return 0
+
+
 def add_bench_command(subparsers) -> None:
     p = subparsers.add_parser("bench", help="offline throughput: LLMEngine beside transformers (nano-vllm's benchmark)",
                               description="Time LLMEngine (each attention path) and transformers' batched generate on "
@@ -361,7 +469,114 @@ def run_bench(args: argparse.Namespace) -> int:
     return run(args)
 
 
-COMMANDS: list[Callable] = [add_generate_command, add_hitrate_command, add_bench_command]
+def add_events_command(subparsers) -> None:
+    p = subparsers.add_parser(
+        "events", help="run one engine that publishes its KV events over ZeroMQ, as vLLM does (chapter 07)",
+        description="Run LLMEngine (cache 'vllm': SHA-256 block hashes published as their low 64 bits, an int, "
+                    "as vLLM does; the same in every process unless PYTHONHASHSEED differs, since vLLM's NONE_HASH "
+                    "seed reads it) on --prompts of the chapters' chat requests and publish its KV events in vLLM "
+                    "0.33's wire format, one batch per engine step: PUB on --publish, replay (ROUTER) on --replay; "
+                    "then stay up --linger seconds so that subscribers can replay. vLLM's own flag for the same "
+                    "stream: --kv-events-config '{\"enable_kv_cache_events\": true, \"publisher\": \"zmq\", "
+                    "\"endpoint\": \"tcp://*:5557\", \"replay_endpoint\": \"tcp://*:5558\", "
+                    "\"topic\": \"kv-events\"}'.")
+    p.add_argument("--publish", default="tcp://127.0.0.1:5557", metavar="ENDPOINT",
+                   help="PUB endpoint (loopback tcp, port 0 for a free one, or ipc://PATH)")
+    p.add_argument("--replay", default="tcp://127.0.0.1:5558", metavar="ENDPOINT",
+                   help="replay (ROUTER) endpoint; 'none' for no replay")
+    p.add_argument("--topic", default="kv-events", help="the topic frame of every message")
+    p.add_argument("--prompts", type=int, default=6, metavar="N",
+                   help="how many chat requests (the chapters' six questions after one system prompt, repeated)")
+    p.add_argument("--max-tokens", type=int, default=16, help="tokens generated per request")
+    p.add_argument("--linger", type=float, default=10.0, metavar="S",
+                   help="seconds to stay up after the last request (Ctrl-C ends it sooner)")
+    p.add_argument("--model", default=None, help="a preset, a model folder, or 'default' (the default)")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
+    p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
+    p.set_defaults(handler=run_events)
+
+
+def run_events(args: argparse.Namespace) -> int:
+    import json
+    import signal
+    import time
+
+    from nano_engine.kv_pubsub import KVEventPublisher, check_endpoint
+
+    if args.prompts < 1:
+        raise ValueError(f"--prompts must be >= 1, got {args.prompts}")
+    if not args.linger >= 0:
+        raise ValueError(f"--linger must be >= 0 seconds, got {args.linger}")
+    if args.max_tokens < 1:
+        raise ValueError(f"--max-tokens must be >= 1, got {args.max_tokens}")
+    replay = None if args.replay.lower() == "none" else check_endpoint(args.replay)
+    check_endpoint(args.publish)
+    device = check_device(args.device)
+
+    def stop(signum, frame):
+        # SIGTERM ends the run as Ctrl-C does (sockets closed, exit 130), and through SIGINT's current
+        # handler, so an engine step holds it back until its bookkeeping is done (interrupts.py)
+        signal.raise_signal(signal.SIGINT)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        with KVEventPublisher(args.publish, replay, topic=args.topic.encode()) as publisher:
+            endpoint, replay_endpoint = publisher.bound_endpoints
+            print(f"events: publishing KV events on {endpoint} (replay: {replay_endpoint or 'off'}, "
+                  f"topic {args.topic!r}, vLLM 0.33 wire format)", flush=True)
+            summary = _publish_engine_events(args, device, publisher)
+            summary.update(publish=endpoint, replay=replay_endpoint)
+            print(json.dumps(summary), flush=True)
+            print(f"events: done; staying up {args.linger:g} s for replays (Ctrl-C to stop)", flush=True)
+            end = time.monotonic() + args.linger
+            while time.monotonic() < end:
+                time.sleep(min(0.1, max(0.0, end - time.monotonic())))
+    except KeyboardInterrupt:
+        print("events: interrupted; sockets closed", file=sys.stderr, flush=True)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return 0
+
+
+def _publish_engine_events(args: argparse.Namespace, device: str, publisher) -> dict:
+    """Run the engine on the prompts, one KV event batch per step; returns what was published."""
+    import torch
+
+    from nano_engine.checkpoints import resolve_model
+    from nano_engine.engine import LLMEngine, SamplingParams
+    from nano_engine.kv_pubsub import StepBatcher
+    from nano_engine.model import Transformer
+    from nano_engine.prefix_cache import PrefixCachingBlockPool
+    from nano_engine.prompts import QUESTIONS, chat_prompts
+
+    path = resolve_model(args.model)
+    model = Transformer.from_pretrained(path, device=device, dtype=getattr(torch, args.dtype) if args.dtype else None)
+    tokenizer = load_tokenizer(path)
+    questions = [QUESTIONS[i % len(QUESTIONS)] + (f" ({i // len(QUESTIONS)})" if i >= len(QUESTIONS) else "")
+                 for i in range(args.prompts)]
+    engine = LLMEngine(model, eos_token_id=tokenizer.eos_token_id, cache="vllm")
+    pool = engine.cache.pool
+    assert isinstance(pool, PrefixCachingBlockPool)      # cache="vllm" builds one
+    batcher = StepBatcher(pool, publisher)   # the pool's subscribe(), as router.py's in-process view
+    try:
+        for prompt in chat_prompts(tokenizer, questions):
+            engine.add_request(prompt, SamplingParams(max_tokens=args.max_tokens))
+        steps = 0
+        while engine.scheduler.has_unfinished:
+            engine.step()
+            steps += 1
+            batcher.flush()
+    finally:
+        batcher.close()
+    return {"model": str(path.name), "prompts": args.prompts, "steps": steps, "batches": batcher.num_batches,
+            "events": batcher.num_events, "next_seq": publisher.next_seq,
+            "cached_blocks": sum(len(blocks) for blocks in pool.hash_to_blocks.values()),
+            "cached_hashes": len(pool.hash_to_blocks)}
+
+
+COMMANDS: list[Callable] = [add_generate_command, add_hitrate_command, add_cluster_command, add_bench_command,
+                            add_events_command]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

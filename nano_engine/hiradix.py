@@ -30,7 +30,9 @@ the device hit, then the host hit right after it, one contiguous prefix (SGLang'
 ``match_prefix`` returning ``device_indices`` and ``host_hit_length``). ``load_back`` copies the
 host part to the device *all or nothing*, only if it is at least ``load_back_threshold`` tokens
 (SGLang: 10), evicting device pages to make room but never the nodes it is loading or their
-ancestors.
+ancestors. ``match`` changes the tree (it splits and refreshes, as SGLang's does), so the engine's
+manager looks first with ``peek``, which changes nothing, and walks, loads and locks only once the
+request is admitted (``TieredRadixCacheManager.lock``).
 
 **Copies in flight.** A node whose copy (store or load) has been submitted but not acknowledged is
 locked (``inc_lock_ref``), so no eviction can take its device pages, and its host copy is not
@@ -52,7 +54,7 @@ from nano_engine.cache_manager import PrefixMatch, RadixCacheManager, RadixHandl
 from nano_engine.host_tier import WRITE_POLICIES, BandwidthModel, Copy, CopyEngine, HostKVPool
 from nano_engine.kv_cache import KVCache
 from nano_engine.radix import Node, RadixCache, Tokens, _as_tokens
-from nano_engine.sequence import Sequence
+from nano_engine.sequence import CacheHandle, Sequence
 
 LOAD_BACK_THRESHOLD = 10
 """Shortest host hit worth loading, in tokens (SGLang 0.5.9 ``HiRadixCache.load_back_threshold``)."""
@@ -119,6 +121,16 @@ class TierMatch:
             nodes.append(node)
             node = node.parent_in_tree()   # type: ignore[assignment]
         return nodes[::-1]
+
+
+@dataclass
+class TierPeek:
+    """``HiRadixCache.peek``: the device hit's slots, the host tokens right after it, and how many
+    of the device hit's tokens are unlocked (evictable until a request locks them)."""
+
+    device_slots: list[int]
+    host_tokens: int
+    unlocked_tokens: int
 
 
 class HiRadixCache(RadixCache):
@@ -195,6 +207,33 @@ class HiRadixCache(RadixCache):
         """The device hit only, as ``RadixCache.match_prefix`` (slots, node it ends on)."""
         m = self.match(key)
         return m.device_slots, m.device_node
+
+    def peek(self, key: Tokens) -> TierPeek:
+        """What ``match(key)`` would find, changing nothing: no split, no access time, no event.
+
+        Also counts the device tokens of the hit that no lock protects yet: locking the hit moves
+        them from evictable to protected, so they are not room an admission can count on."""
+        tokens = self._whole_pages(_as_tokens(key, "key"))
+        node, matched = self.root_node, 0
+        device_slots: list[int] = []
+        host_tokens = unlocked = 0
+        while matched < len(tokens):
+            child = node.children.get(self._child_key(tokens, matched))
+            if child is None:
+                break
+            assert isinstance(child, HiNode)
+            n = self._agree(child, tokens, matched)
+            n -= n % self.page_size
+            if child.on_device:
+                device_slots += child.value[:n]
+                unlocked += n if child.lock_ref == 0 else 0
+            else:
+                host_tokens += n
+            matched += n
+            if n < len(child.key):
+                break
+            node = child
+        return TierPeek(device_slots, host_tokens, unlocked)
 
     # ------------------------------------------------------------------------ insertion
 
@@ -467,13 +506,45 @@ class HiRadixCache(RadixCache):
                         all(p % self.page_size == 0 for p in pages), f"node {node.id}'s host pages are not aligned")
 
 
+@dataclass
+class TierHandle(CacheHandle):
+    """What ``TieredRadixCacheManager.match`` found, before anything is touched: the namespace, the
+    tokens looked up, the device hit, the host tokens ``lock`` will load, and the device hit's
+    unlocked tokens (``can_admit`` does not count them as room)."""
+
+    namespace: tuple
+    max_tokens: int
+    device_tokens: int
+    load_tokens: int
+    unlocked_tokens: int
+
+
 class TieredRadixCacheManager(RadixCacheManager):
     """The radix cache manager with a host tier: every tree is a :class:`HiRadixCache` sharing one
     host pool and one copy engine.
 
-    * ``match``: one walk; a host hit of at least ``load_back_threshold`` tokens is loaded back
-      (device pages allocated now, evicting if needed; the copy runs before the next forward) and
-      counts as part of the prefix;
+    * ``match``: one walk that changes nothing (``HiRadixCache.peek``): the device hit, plus the
+      host hit when it is at least ``load_back_threshold`` tokens long (it will be loaded back);
+    * ``can_admit``: exact. The pages to load and to compute must fit in the free pages plus the
+      evictable ones, less the unlocked part of the hit itself (the lock protects it). So a request
+      that does not fit leaves both tiers exactly as they were: nothing split, loaded, evicted,
+      refreshed;
+    * ``lock``: the request is admitted. Now the walk splits and refreshes (``HiRadixCache.match``),
+      the host hit is loaded back all or nothing (``load_back``: device pages allocated now,
+      evicting device leaves but never the hit itself; the copy runs before the next forward),
+      and the request locks the whole prefix. If the load gets no room after all, the request
+      locks the device hit alone; if it raises, the request holds nothing. The hit counters count
+      here, once per admitted request.
+
+    SGLang 0.5.9 splits the same way: ``Req.init_next_round_input``
+    (``python/sglang/srt/managers/schedule_batch.py``) only calls ``match_prefix``, which returns
+    ``host_hit_length``; ``PrefillAdder.add_one_req``
+    (``python/sglang/srt/managers/schedule_policy.py``) calls ``HiRadixCache.init_load_back`` (then
+    ``load_back``) under the request's lock once its budget checks pass;
+    ``Scheduler._get_new_batch_prefill_raw`` (``python/sglang/srt/managers/scheduler.py``) starts
+    the copies when the batch is built (``ready_to_load_host_cache``). Here the admission check runs before the
+    load, so a request refused after loading cannot leave loaded pages behind (in SGLang it can:
+    they stay in the tree as a cached prefix).
     * ``begin_step`` (start of every engine step): acknowledge finished copies, start the queued
       stores (vLLM defers its stores to the start of the next step in the same way);
     * ``before_forward``: start the queued loads (CPU: synchronous; CUDA: on the copy stream,
@@ -524,23 +595,68 @@ class TieredRadixCacheManager(RadixCacheManager):
             if self.host.pages.num_free * self.block_size >= num_tokens:
                 return
 
-    def _match(self, seq: Sequence, max_tokens: int) -> PrefixMatch:
-        namespace = self._namespace(seq)
-        tree = self._tree(namespace)
+    def _peek_tiers(self, seq: Sequence, max_tokens: int) -> tuple[TierPeek, int]:
+        """The tree's answer, changing nothing, and the host tokens a lock would load."""
+        tree = self.trees.get(self._namespace(seq))
+        if tree is None:
+            return TierPeek([], 0, 0), 0
         assert isinstance(tree, HiRadixCache)
-        m = tree.match(seq.token_ids[:max_tokens])
-        loaded = tree.load_back(m, self._allocate) if m.host_tokens else 0
+        p = tree.peek(seq.token_ids[:max_tokens])
+        return p, p.host_tokens if p.host_tokens >= max(1, self.load_back_threshold) else 0
+
+    def _match(self, seq: Sequence, max_tokens: int) -> PrefixMatch:
+        """The device pages of the hit; ``num_tokens`` also counts the host part ``lock`` loads."""
+        p, load = self._peek_tiers(seq, max_tokens)
+        pages = [s // self.block_size for s in p.device_slots[::self.block_size]]
+        handle = TierHandle(self._namespace(seq), max_tokens, len(p.device_slots), load, p.unlocked_tokens)
+        return PrefixMatch(pages, len(p.device_slots) + load, handle)
+
+    def _peek(self, seq: Sequence, max_tokens: int) -> int:
+        p, load = self._peek_tiers(seq, max_tokens)
+        return len(p.device_slots) + load
+
+    def can_admit(self, match: PrefixMatch, num_tokens: int) -> bool:
+        """Would ``lock`` (with its load) and ``allocate(num_tokens)`` fit? Exact: every unlocked
+        device leaf can be evicted, and nothing else can."""
+        h = match.handle
+        if not isinstance(h, TierHandle):
+            raise ValueError("can_admit takes a match made by this manager's match()")
+        bs = self.block_size
+        need = self.blocks_needed(num_tokens) - h.device_tokens // bs      # pages to load + to compute
+        evictable = sum(t.evictable_size for t in self.trees.values()) - h.unlocked_tokens
+        return need <= self.pool.num_free + evictable // bs
+
+    def lock(self, seq: Sequence, match: PrefixMatch) -> None:
+        """Admit ``seq`` on ``match``: walk (split, refresh), load the host part back, lock.
+
+        ``match`` is updated to what was locked (its pages, tokens and handle), which is less than
+        planned only if the load found no room. If anything raises, ``seq`` holds nothing."""
+        h = match.handle
+        if not isinstance(h, TierHandle):
+            raise ValueError("lock takes a match made by this manager's match()")
+        if seq.block_table:
+            raise ValueError(f"request {seq.request_id} already holds {len(seq.block_table)} blocks")
+        tree = self._tree(h.namespace)
+        assert isinstance(tree, HiRadixCache)
+        m = tree.match(seq.token_ids[:h.max_tokens])
+        loaded = tree.load_back(m, self._allocate) if h.load_tokens and m.host_tokens else 0
         slots, node = list(m.device_slots), m.device_node
         if loaded:        # the loaded nodes are on the device now (locked until their copy is acknowledged)
             for n in m.host_nodes():
                 slots += n.value
             node = m.host_node
-        self.num_queries += max_tokens
+        tree.inc_lock_ref(node)
+        self._users[h.namespace] += 1
+        self.num_queries += h.max_tokens
         self.num_hits += len(slots)
         self.num_device_hit_tokens += m.device_tokens
         self.num_host_hit_tokens += loaded
         pages = [s // self.block_size for s in slots[::self.block_size]]
-        return PrefixMatch(pages, len(slots), RadixHandle(node, len(slots), namespace))
+        match.blocks, match.num_tokens = pages, len(slots)
+        match.handle = RadixHandle(node, len(slots), h.namespace)
+        seq.block_table = list(pages)
+        seq.num_computed_tokens = seq.num_cached_tokens = len(slots)
+        seq.cache_handle = match.handle
 
     def _drop_if_unused(self, namespace: tuple) -> None:
         tree = self.trees.get(namespace)

@@ -29,6 +29,11 @@ each hash as the int of its digest's low 64 bits (``vllm/v1/core/kv_cache_utils.
 (``vllm/v1/core/kv_cache_utils.py::to_event_extra_keys``), the LoRA name in ``lora_name``. A consumer that
 recomputes a hash from an event must therefore re-tag the keys first. The pool's ``event_hash``
 turns a hash into its published form.
+
+Across processes these dataclasses travel as vLLM 0.33.0 encodes its own (``nano_engine.kv_wire``:
+msgspec / msgpack, byte for byte), over ZeroMQ as vLLM sends them (``nano_engine.kv_pubsub``). The
+fields after ``lora_name`` (``group_idx``, ``kv_cache_spec_kind``, ...) are vLLM's, carried for
+that: this package's pools leave them ``None``.
 """
 
 from collections import Counter
@@ -45,9 +50,18 @@ class BlockStored:
     token_ids: list[int]  # the stored blocks' tokens, concatenated (block_size per block)
     block_size: int
     lora_id: Hashable | None
-    extra_keys: list[tuple | None]  # per block: the extra keys mixed into its hash (vLLM mode: untagged), or None
+    extra_keys: list[tuple | None] | None  # per block: the extra keys mixed into its hash (vLLM mode: untagged), or None
     medium: str = "GPU"  # where the blocks are: "GPU" (the device pool) or "CPU" (a host tier, offload.py)
     lora_name: Hashable | None = None  # vLLM mode: the LoRA adapter's name (vLLM's BlockStored.lora_name)
+    # vLLM 0.33's further fields, carried for wire compatibility (nano_engine.kv_wire); this
+    # package's pools leave them None, as a vLLM consumer reads an omitted field.
+    group_idx: int | None = None  # the KV cache group (vLLM: one per attention type; 0 for a plain model)
+    kv_cache_spec_kind: str | None = None  # e.g. "full_attention"
+    kv_cache_spec_sliding_window: int | None = None
+    locality: str | None = None  # "LOCAL" / "REMOTE" relative to the publisher
+    ownership: str | None = None  # a secondary offloading tier's identifier
+    session_id: str | None = None  # the request context that stored the blocks
+    lookahead_token_ids: list[list[int]] | None = None  # tokens beyond each block used in its hash
 
 
 @dataclass(frozen=True)
@@ -56,6 +70,9 @@ class BlockRemoved:
 
     block_hashes: list[Hashable]
     medium: str = "GPU"
+    group_idx: int | None = None  # vLLM 0.33's further fields (see BlockStored)
+    locality: str | None = None
+    ownership: str | None = None
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """End-to-end checks in a real browser: the radix stepper works inside JupyterLab, its running hit
-rate updates as requests go through, and a prediction widget renders and takes a guess.
+rate updates as requests go through, a prediction widget renders and takes a guess, and the tier
+stepper (chapter 06) draws its node states, copies in flight and eviction counts.
 
 JupyterLab serves a small notebook on 127.0.0.1 only; Debian's ``chromium`` (headless, driven by
 Playwright's Python API through ``executable_path``; no browser is downloaded) opens it, runs the
@@ -46,6 +47,12 @@ folded = predict("How many tokens will the cache hold?")
 folded"""
 REVEAL_CELL = """\
 display(folded.reveal(480))   # Run All reaches this at once, before anybody typed"""
+TIER_CELL = """\
+from nano_engine.notebook.widgets import TierStepper
+
+tier = TierStepper([[1, 2, 3, 4], [5, 6, 7, 8], [1, 2, 3, 4, 9]], device_tokens=6, host_tokens=12,
+                   load_back_threshold=2)
+tier"""
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +78,8 @@ def write_notebook(folder: Path, name: str) -> str:
         "cells": [{"cell_type": "code", "execution_count": None, "id": cell_id, "metadata": {},
                    "outputs": [], "source": source}
                   for cell_id, source in (("stepper", NOTEBOOK_CELL), ("predict", PREDICT_CELL),
-                                                  ("folded", FOLDED_CELL), ("reveal", REVEAL_CELL))],
+                                                  ("folded", FOLDED_CELL), ("reveal", REVEAL_CELL),
+                                                  ("tier", TIER_CELL))],
         "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
         "nbformat": 4, "nbformat_minor": 5,
     }
@@ -242,3 +250,25 @@ def test_run_all_keeps_the_revealed_answer_folded(page):
     box.press("Enter")                                                # a prediction typed after the run
     page.wait_for_function("[...document.querySelectorAll('.nano-predict-answer')].some("
                            "e => e.innerText.includes('You predicted 500; answer: 480 (off by 20).'))", timeout=15_000)
+
+
+def test_tier_stepper_shows_states_copies_and_evictions(page):
+    """The notebook's second stepper (a host tier under the radix tree): seven steps in, r1 has
+    pushed [1, 2, 3, 4] off the device (host only now) and queued the store of [5, 6, 7, 8]."""
+    diagram = page.locator(".nano-stepper-diagram").nth(1)
+    diagram.locator("svg").wait_for(timeout=30_000)
+    narration = "document.querySelectorAll('.nano-stepper-narration')[1]?.innerText ?? ''"
+    assert "device pool 6 tokens, host pool 12 tokens" in page.evaluate(narration)
+    step = page.locator(".nano-stepper-step").nth(1)
+    for _ in range(7):
+        step.click()
+        page.wait_for_timeout(300)
+    page.wait_for_function(f"({narration}).includes('step 7 / ')", timeout=15_000)
+    assert "back up [5, 6, 7, 8] (stores queued" in page.evaluate(narration)
+    text = diagram.inner_text()
+    assert "4 tok · host" in text and "4 tok · device+host" in text          # the two states, by name ...
+    assert "store to the host in flight (queued)" in text
+    assert "device evictions 1 · demoted 1 · deleted 0 · host evictions 0" in text
+    svg = diagram.inner_html()
+    assert 'fill="#e9e0f3"' in svg and 'fill="#dceaf8"' in svg              # ... and by colour
+    assert 'stroke="#e8862e" stroke-width="2.4" stroke-dasharray' in svg     # the copy in flight: dashed orange

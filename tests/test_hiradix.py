@@ -280,43 +280,112 @@ def test_random_operations_keep_invariants_and_bytes(policy, device_pages, host_
         CopyEngine._copy_layer = real             # type: ignore[method-assign]
 
 
-def test_a_failed_admission_with_the_radix_tier_leaves_both_tiers_consistent():
-    """The radix manager has no ``can_admit`` (a request that does not fit is locked, tried and
-    released); with the tier on, ``match`` has already loaded the host hit, so after the failed
-    attempt that prefix stays on the device as an unlocked cached prefix (what a later request
-    finds), the request holds nothing, and both tiers pass their checks."""
+def tier_state(manager) -> tuple:
+    """Everything an admission could change in a tiered radix manager: every node's key, copies,
+    locks, pins, LRU time and hit count, the tree sizes, both pools, the queued copies, the counters."""
+    trees = []
+    for namespace, tree in sorted(manager.trees.items()):
+        nodes = sorted((n.id, tuple(n.key), tuple(n.value), None if n.host_value is None else tuple(n.host_value),
+                        n.lock_ref, n.host_ref, n.last_access, n.hit_count, n.parent.id if n.parent else None)
+                       for n in tree.nodes())
+        trees.append((namespace, nodes, tree.evictable_size, tree.protected_size))
+    return (trees, list(manager.pool.ref_cnt), manager.pool.num_free, list(manager.host.pages.ref_cnt),
+            [(c.kind, tuple(c.src), tuple(c.dst)) for c in manager.copies.in_flight()],
+            manager.num_queries, manager.num_hits, manager.num_host_hit_tokens, manager.num_device_hit_tokens)
+
+
+def serve_on(manager, request_id: int, tokens: list[int]) -> None:
+    """A whole request's life on a cache manager: match, admit, compute everything, cache, free."""
+    from nano_engine.sampling import SamplingParams
+    from nano_engine.sequence import Sequence
+
+    seq = Sequence(request_id, tokens, SamplingParams())
+    match = manager.match(seq)
+    assert manager.can_admit(match, len(tokens))
+    manager.lock(seq, match)
+    assert manager.allocate(seq, len(tokens))
+    done = seq.num_computed_tokens
+    seq.num_computed_tokens = len(tokens)
+    manager.cache(seq, len(tokens) - done)
+    manager.free(seq)
+    manager.begin_step()
+
+
+def test_a_failed_admission_leaves_both_tiers_exactly_as_before():
+    """``match`` only looks (no split, no load, no LRU refresh); ``can_admit`` counts the pages to
+    load and to compute against the free and evictable ones; a request that does not fit changes
+    nothing at all. One that fits is loaded back when it is locked."""
     from nano_engine.hiradix import TieredRadixCacheManager
     from nano_engine.sampling import SamplingParams
     from nano_engine.sequence import Sequence
 
     bs = 4
     manager = TieredRadixCacheManager(8, bs, 64 * bs, load_back_threshold=1)
+    a, b = list(range(100, 124)), list(range(200, 232))
+    serve_on(manager, 0, a)
+    serve_on(manager, 1, b)                                   # a is host-only now, b fills the device
+    assert manager.tree.peek(a).host_tokens == len(a) and manager.tree.peek(a).device_slots == []
+    before = tier_state(manager)
+    big = Sequence(2, a[:22] + list(range(300, 340)), SamplingParams())   # its hit ends inside a's node
+    match = manager.match(big)
+    assert (match.num_tokens, match.blocks) == (20, [])      # 5 host pages to load, none on the device
+    assert not manager.can_admit(match, len(big.token_ids))  # 5 loaded + 11 computed pages > 8
+    assert tier_state(manager) == before                     # no split, no load, no eviction, no refresh
+    assert big.block_table == [] and manager.peek(big) == 20
 
-    def serve(request_id: int, tokens: list[int]) -> None:
-        seq = Sequence(request_id, tokens, SamplingParams())
+    small = Sequence(3, a + [1, 2, 3, 4, 5], SamplingParams())
+    match = manager.match(small)
+    assert tier_state(manager) == before
+    assert manager.can_admit(match, len(small.token_ids))
+    manager.lock(small, match)                                # now: load a (6 pages), evicting b's
+    assert match.num_tokens == small.num_computed_tokens == 24 and manager.num_host_hit_tokens == 24
+    assert manager.allocate(small, len(small.token_ids))
+    manager.tree.check_invariants()
+    manager.free(small)
+    manager.check_no_leaks()
+
+
+@settings(max_examples=40, deadline=None)
+@given(device_blocks=st.integers(3, 8), host_blocks=st.integers(1, 12), policy=st.sampled_from(WRITE_POLICIES),
+       requests=st.lists(st.tuples(st.lists(st.integers(0, 2), min_size=1, max_size=12), st.booleans()),
+                         min_size=1, max_size=12))
+def test_can_admit_is_exact_and_a_refused_request_changes_nothing(device_blocks, host_blocks, policy, requests):
+    """Brute force as the reference: admit every request on a copy of the manager; ``can_admit``
+    must say True exactly when lock + allocate succeed there. Refused: the state is untouched.
+    Admitted ones stay running (``keep``) or finish, so locks and loads pile up."""
+    import copy as copy_module
+
+    from nano_engine.hiradix import TieredRadixCacheManager
+    from nano_engine.sampling import SamplingParams
+    from nano_engine.sequence import Sequence
+
+    bs = 2
+    manager = TieredRadixCacheManager(device_blocks, bs, host_blocks * bs, write_policy=policy,
+                                      load_back_threshold=3)
+    running = []
+    for i, (tokens, keep) in enumerate(requests):
+        tokens = [t % 3 for t in tokens] * 2 + [7]
+        seq = Sequence(i, tokens, SamplingParams())
+        before = tier_state(manager)
         match = manager.match(seq)
-        assert manager.can_admit(match, len(tokens))
+        assert tier_state(manager) == before
+        trial = copy_module.deepcopy((manager, seq, match))
+        trial[0].lock(trial[1], trial[2])
+        fits = trial[0].allocate(trial[1], len(tokens))
+        assert manager.can_admit(match, len(tokens)) == fits
+        if not fits:
+            assert tier_state(manager) == before
+            continue
         manager.lock(seq, match)
         assert manager.allocate(seq, len(tokens))
-        done = seq.num_computed_tokens
         seq.num_computed_tokens = len(tokens)
-        manager.cache(seq, len(tokens) - done)
-        manager.free(seq)
+        manager.cache(seq, len(tokens) - match.num_tokens)
+        manager.tree.check_invariants()
+        if keep:
+            running.append(seq)
+        else:
+            manager.free(seq)
         manager.begin_step()
-
-    a, b = list(range(100, 124)), list(range(200, 232))
-    serve(0, a)
-    serve(1, b)                                        # a is host-only now
-    tree = manager.tree
-    assert tree.match(a).host_tokens == len(a) - len(a) % bs and tree.match(a).device_tokens == 0
-    big = Sequence(2, a + list(range(300, 340)), SamplingParams())
-    match = manager.match(big)                         # loads a back (all of it)
-    assert match.num_tokens == len(a) and manager.num_host_hit_tokens == len(a)
-    manager.lock(big, match)
-    assert not manager.allocate(big, len(big.token_ids))      # 6 + 10 blocks > 8
-    manager.free(big)
-    assert big.block_table == []
-    manager.copies.drain()
-    tree.check_invariants()
-    assert tree.protected_size == 0 and tree.match(a).device_tokens == len(a)
+    for seq in running:
+        manager.free(seq)
     manager.check_no_leaks()

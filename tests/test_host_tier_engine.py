@@ -163,3 +163,54 @@ def test_vllm_mode_stores_and_loads_back_by_the_pools_own_hashes(make_engine, pr
         engine.generate([p], SamplingParams(max_tokens=MAX_TOKENS))
     assert cache.num_host_hit_tokens > before
     cache.check_no_leaks()
+
+
+@pytest.mark.parametrize("policy", WRITE_POLICIES)
+def test_a_fault_in_the_middle_of_a_load_back_leaves_the_engine_consistent(make_engine, prompts, eos, policy):
+    """The fault strikes inside ``load_back`` after it has evicted device pages to make room and
+    before it got its own: the request being admitted holds nothing, both tiers pass their checks
+    after every step, and the run still ends with the tier-off engine's greedy outputs."""
+    from nano_engine.hiradix import HiRadixCache
+
+    params = SamplingParams(max_tokens=MAX_TOKENS)
+    off = make_engine(cache="radix", num_blocks=24, block_size=16, eos_token_id=eos, max_num_batched_tokens=128)
+    want = off.generate(rounds(prompts), params)
+    engine = make_engine(cache="radix", num_blocks=24, block_size=16, host_kv_tokens=4096, write_policy=policy,
+                         eos_token_id=eos, max_num_batched_tokens=128, max_num_seqs=2)
+    pool, real_load, real_allocate = engine.cache.pool, HiRadixCache.load_back, engine.cache.pool.allocate
+    loads = {"n": 0, "failed": 0, "loading": False}
+
+    def failing_allocate(n):
+        if loads["loading"] and loads["n"] % 2 == 1:       # every other load: after eviction, before allocation
+            loads["failed"] += 1
+            raise RuntimeError("injected fault in load-back")
+        return real_allocate(n)
+
+    def counted_load(self, m, allocate):
+        loads["n"] += 1
+        loads["loading"] = True
+        try:
+            return real_load(self, m, allocate)
+        finally:
+            loads["loading"] = False
+
+    pool.allocate = failing_allocate                        # type: ignore[method-assign]
+    HiRadixCache.load_back = counted_load                   # type: ignore[method-assign]
+    try:
+        ids = [engine.add_request(p, params) for p in rounds(prompts)]
+        outputs: dict[int, list[int]] = {}
+        for _ in range(3000):
+            if not engine.scheduler.has_unfinished:
+                break
+            try:
+                for seq in engine.step():
+                    outputs[seq.request_id] = seq.output_token_ids
+            except RuntimeError as e:
+                assert "injected" in str(e)
+                assert all(not s.block_table for s in engine.scheduler.waiting)
+            check_step(engine)
+    finally:
+        HiRadixCache.load_back = real_load                  # type: ignore[method-assign]
+    assert loads["failed"] > 0 and engine.cache.num_host_hit_tokens > 0
+    assert [outputs[i] for i in ids] == want
+    engine.cache.check_no_leaks()

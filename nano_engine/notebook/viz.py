@@ -23,6 +23,10 @@ Both read their structure by duck typing, so a reader's own classes written in a
 ``protected_size`` and ``total_size()``; the package's extras (``nodes()``, node ``id``,
 ``last_match_path``, ``last_split``, ``last_evicted``, ``page_size``) are used when present.
 
+``draw_tiered_radix(tree)`` draws a ``HiRadixCache`` (chapter 06) with its own colour code, by
+where a node's KV lives: blue on the device only, lilac on the host only, striped on both; locked
+nodes orange-bordered, copies in flight dashed orange, deleted nodes red ghosts as above.
+
 ``grouped_bars`` is the one chart helper: grouped bar charts of tables such as hit rate per
 workload and method.
 """
@@ -38,6 +42,7 @@ import graphviz
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+    from nano_engine.hiradix import HiRadixCache
     from nano_engine.prefix_cache import PrefixCachingBlockPool
     from nano_engine.radix import Node, RadixCache
 
@@ -303,6 +308,137 @@ def _ghost_style(node: Node, tokenizer: Tokenizer | None, max_tokens: int) -> di
     return {"label": _label(lines), "shape": "box", "style": "rounded,dashed,filled",
             "fillcolor": "white", "color": COLORS["evicted"], "penwidth": "1.6",
             "tooltip": f"evicted node {getattr(node, 'id', '')}"}
+
+
+# ------------------------------------------------------------------------------- tiered radix tree
+
+TIER_COLORS = {
+    "device": ("#3E83C3", "#DCEAF8"),       # (border, fill): the device copy only
+    "host": ("#7D5BA6", "#E9E0F3"),         # the host copy only
+    "device+host": ("#4F6FB0", "#DCEAF8;0.5:#E9E0F3"),   # both copies: striped blue | lilac
+}
+"""The three node states of a tiered radix tree (``hiradix.HiNode.state``), as the tier picture colours them."""
+
+
+def draw_tiered_radix(
+    tree: HiRadixCache,
+    tokenizer: Tokenizer | None = None,
+    *,
+    events: Sequence[tuple[str, dict]] = (),
+    show_match: bool = True,
+    counts: Mapping[str, int] | None = None,
+    device_capacity: int | None = None,
+    max_tokens: int = 6,
+    legend: bool = True,
+) -> graphviz.Digraph:
+    """Draw a :class:`~nano_engine.hiradix.HiRadixCache`: one box per node, coloured by where its KV is.
+
+    Blue: on the device only; lilac: on the host only; striped blue | lilac: on both. A locked node
+    has an orange border; a node whose copy (store to the host, or load back to the device) is not
+    acknowledged yet has a dashed orange border and says so, with "queued" (submitted) or "started".
+    ``events`` are the tree's own events of the last operation (its ``on_event`` records): nodes it
+    demoted (device copy dropped) are marked, nodes it deleted (device eviction of a node without a
+    host copy, or host eviction) are drawn dashed red under their old parent. ``counts`` (e.g.
+    evictions per tier) and ``device_capacity`` go into the caption.
+    """
+    live = list(tree.nodes())
+    live_ids = {n.id for n in live}
+    path = [n for n in getattr(tree, "last_match_path", []) if n.id in live_ids] if show_match else []
+    on_path = {n.id for n in path}
+    path_edges = {(a.id, b.id) for a, b in zip(path, path[1:])}
+    marks: dict[int, str] = {}
+    for kind, data in events:
+        if kind in _TIER_MARKS and data.get("node") in live_ids:
+            marks[data["node"]] = _TIER_MARKS[kind]
+    queued = {id(c) for c in tree.copies.submitted}
+
+    g = _digraph("tiered_radix", "TB", None)
+    for node in live:
+        g.node(f"n{node.id}", **_tier_node_style(tree, node, tokenizer, max_tokens, marks.get(node.id),
+                                                 on_path=node.id in on_path, queued=queued))
+        if node.parent is not None:
+            if (node.parent.id, node.id) in path_edges:
+                g.edge(f"n{node.parent.id}", f"n{node.id}", color=COLORS["match"], penwidth="2.6")
+            else:
+                g.edge(f"n{node.parent.id}", f"n{node.id}")
+    ghost_ids: set[int] = set()
+    for kind, data in events:
+        if kind not in ("evict", "evict_host"):
+            continue
+        where = "device (no host copy)" if kind == "evict" else "host"
+        lines = [_font(_esc(format_tokens(data["key"], tokenizer, max_tokens)), 12, COLORS["ghost_text"],
+                       face=None if tokenizer else MONO),
+                 _font(_esc(f"{len(data['key'])} tok"), 9, COLORS["ghost_text"]),
+                 _font(_esc(f"evicted from the {where}: gone"), 9, COLORS["evicted"], bold=True)]
+        g.node(f"n{data['node']}", label=_label(lines), shape="box", style="dashed,filled", fillcolor="white",
+               color=COLORS["evicted"], penwidth="1.6", tooltip=f"evicted node {data['node']}")
+        ghost_ids.add(data["node"])
+        if data.get("parent") in live_ids or data.get("parent") in ghost_ids:
+            g.edge(f"n{data['parent']}", f"n{data['node']}", color=COLORS["evicted"], style="dashed",
+                   arrowhead="none")
+    if legend:
+        pool = f" (pool {device_capacity})" if device_capacity is not None else ""
+        caption = (f"cached on the device {tree.total_size()} tokens{pool} · on the host {tree.host_size} "
+                   f"(pool {tree.host.num_slots}) · write policy {tree.write_policy}")
+        if counts:
+            caption += " · " + " · ".join(f"{k} {v}" for k, v in counts.items())
+        swatches = [_tier_swatch("device only", "device"), _tier_swatch("device + host", "device+host"),
+                    _tier_swatch("host only", "host"),
+                    _swatch("locked", "white", COLORS["protected"], style="solid", width=2),
+                    _swatch("copy in flight", "white", COLORS["protected"], style="dashed", width=2),
+                    _swatch("evicted", "white", COLORS["evicted"], style="dashed")]
+        g.attr(label=_legend_row(swatches, caption=caption))
+    return g
+
+
+_TIER_MARKS = {"demote": "device copy dropped (demoted)", "backup": "backed up to the host",
+               "load": "loading back to the device"}
+
+
+def _tier_swatch(text: str, state: str) -> str:
+    border, fill = TIER_COLORS[state]
+    if ";" in fill:   # a table cell cannot be striped: two half cells
+        a, b = fill.split(";")[0], fill.split(":")[1]
+        return (f'<TD COLOR="{border}" BORDER="1" CELLPADDING="0"><TABLE BORDER="0" CELLBORDER="0" '
+                f'CELLSPACING="0"><TR><TD BGCOLOR="{a}" CELLPADDING="4">{_font(_esc(text[:6]), 10)}</TD>'
+                f'<TD BGCOLOR="{b}" CELLPADDING="4">{_font(_esc(text[6:]), 10)}</TD></TR></TABLE></TD>')
+    return _swatch(text, fill, border, style="solid")
+
+
+def _tier_node_style(tree: HiRadixCache, node: Node, tokenizer: Tokenizer | None, max_tokens: int,
+                     mark: str | None, *, on_path: bool, queued: set[int]) -> dict[str, str]:
+    if node is tree.root:
+        return {"label": _label([_font("root", 12, bold=True)]), "shape": "box", "style": "rounded,filled",
+                "fillcolor": COLORS["root_fill"], "color": COLORS["root"], "tooltip": "root"}
+    state: str = node.state    # type: ignore[attr-defined]
+    host_value = node.host_value    # type: ignore[attr-defined]
+    border, fill = TIER_COLORS[state]
+    locked = node.lock_ref > 0
+    lines = [
+        _font(_esc(format_tokens(node.key, tokenizer, max_tokens)), 12, face=None if tokenizer else MONO, bold=True),
+        _font(_esc(f"{len(node.key)} tok · {state}"), 9, COLORS["muted"]),
+        _font(_esc(f"device slots {format_slots(node.value)}" if node.value else "device: none"), 9, COLORS["muted"]),
+        _font(_esc(f"host slots {format_slots(host_value)}" if host_value is not None else "host: none"), 9,
+              COLORS["muted"]),
+        _font(_esc(f"lock {node.lock_ref} · last access {node.last_access}"), 9,
+              COLORS["protected"] if locked else COLORS["muted"]),
+    ]
+    style, penwidth = ("striped" if ";" in fill else "filled"), "1.2"
+    if locked:
+        border, penwidth = COLORS["protected"], "2.2"
+    copy = node.copy    # type: ignore[attr-defined]
+    if node.in_flight:    # type: ignore[attr-defined]
+        where = "store to the host" if copy.kind == "store" else "load to the device"
+        lines.append(_font(_esc(f"{where} in flight ({'queued' if id(copy) in queued else 'started'})"), 9,
+                           COLORS["protected"], bold=True))
+        style += ",dashed"
+        border, penwidth = COLORS["protected"], "2.4"
+    if mark:
+        lines.append(_font(_esc(mark), 9, COLORS["evicted"] if "dropped" in mark else COLORS["match"], bold=True))
+    if on_path and not node.in_flight:    # type: ignore[attr-defined]
+        border, penwidth = COLORS["match"], "2.6"
+    return {"label": _label(lines), "shape": "box", "style": style, "fillcolor": fill, "color": border,
+            "penwidth": penwidth, "tooltip": f"node {node.id} ({state})"}
 
 
 # ------------------------------------------------------------------------------- block pool

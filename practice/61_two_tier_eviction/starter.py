@@ -1,0 +1,70 @@
+"""Exercise 61: the two eviction rules of a two-tier radix tree. Write evict_device and evict_host."""
+
+import heapq   # you will want it
+
+
+class Node:
+    """One node of the tree: ``pages`` pages of KV, a device copy and/or a host copy."""
+
+    def __init__(self, name, parent, pages, last_access, on_device=True, on_host=False, lock_ref=0, host_ref=0):
+        self.name = name                  # a unique label, e.g. "sys/a"
+        self.parent = parent              # None only for the root
+        self.children = []                # Nodes
+        self.pages = pages
+        self.last_access = last_access
+        self.on_device = on_device
+        self.on_host = on_host
+        self.lock_ref = lock_ref          # running requests using this node's device pages
+        self.host_ref = host_ref          # loads reading this node's host copy right now
+
+    def __repr__(self) -> str:
+        where = "+".join(w for w, on in (("device", self.on_device), ("host", self.on_host)) if on) or "nowhere"
+        return (f"Node({self.name!r}, {where}, pages={self.pages}, last_access={self.last_access}, "
+                f"lock_ref={self.lock_ref}, host_ref={self.host_ref}, children={[c.name for c in self.children]})")
+
+
+class Tree:
+    """A root (on both tiers, never evicted) and the nodes added under it."""
+
+    def __init__(self):
+        self.root = Node("", None, 0, 0, on_device=True, on_host=True)
+        self.by_name = {"": self.root}
+
+    def add(self, name, parent, pages, last_access, **state):
+        """Add a node under the node called ``parent``; ``state``: on_device, on_host, lock_ref, host_ref."""
+        node = Node(name, self.by_name[parent], pages, last_access, **state)
+        node.parent.children.append(node)
+        self.by_name[name] = node
+        return node
+
+    def remove(self, node):
+        """Take ``node`` (a node without children) out of the tree."""
+        assert not node.children, f"{node.name} still has children"
+        node.parent.children.remove(node)
+        del self.by_name[node.name]
+
+    def nodes(self):
+        """Every node but the root, parents before children."""
+        out, stack = [], list(reversed(self.root.children))
+        while stack:
+            node = stack.pop()
+            out.append(node)
+            stack.extend(reversed(node.children))
+        return out
+
+
+def evict_device(tree, num_pages):
+    """Free at least num_pages device pages (fewer if nothing more can go): take unlocked device
+    leaves, least recently used first (ties: smaller name first). A leaf with a host copy is
+    demoted (it stays, host only); one without is deleted. A parent that becomes a device leaf is
+    a candidate in the same call. Returns [(name, "demote" or "delete"), ...] in order.
+    A negative num_pages raises ValueError."""
+    raise NotImplementedError
+
+
+def evict_host(tree, num_pages):
+    """Free at least num_pages host pages: delete host-only leaves (no device copy, no children,
+    not being loaded), least recently used first (ties: smaller name first); a parent that becomes
+    one is a candidate in the same call. Returns the deleted names in order.
+    A negative num_pages raises ValueError."""
+    raise NotImplementedError

@@ -1,0 +1,28 @@
+"""Classic mistakes of exercise 72, each an edit of solution.py (`judge.py mistakes 72` shows them as diffs)."""
+
+MISTAKES = [
+    {"name": "softmax_of_raw_costs",
+     "explain": "softmaxes exp(-cost / T) without normalising by the spread, so T means something else for every request",
+     "old": "    weights = [math.exp(-(c - lo) / ((hi - lo) * temperature)) for c in costs]\n",
+     "new": "    weights = [math.exp(-c / temperature) for c in costs]\n"},
+    {"name": "costs_not_negated",
+     "explain": "softmaxes the costs themselves, so the dearest worker is the most likely",
+     "old": "    weights = [math.exp(-(c - lo) / ((hi - lo) * temperature)) for c in costs]\n",
+     "new": "    weights = [math.exp((c - lo) / ((hi - lo) * temperature)) for c in costs]\n"},
+    {"name": "normalised_by_the_max",
+     "explain": "divides the costs by the largest one instead of the spread, so close costs stay nearly uniform",
+     "old": "    weights = [math.exp(-(c - lo) / ((hi - lo) * temperature)) for c in costs]\n",
+     "new": "    weights = [math.exp(-(c / hi) / temperature) for c in costs]\n"},
+    {"name": "weight_on_decode",
+     "explain": "multiplies the decode blocks by overlap_weight instead of the prefill blocks",
+     "old": "    return overlap_weight * (prefill_tokens / block_size) + worker.decode_blocks\n",
+     "new": "    return prefill_tokens / block_size + overlap_weight * worker.decode_blocks\n"},
+    {"name": "whole_prefill_blocks",
+     "explain": "counts prefill in whole blocks (floor division), so a partial block costs nothing",
+     "old": "    return overlap_weight * (prefill_tokens / block_size) + worker.decode_blocks\n",
+     "new": "    return overlap_weight * (prefill_tokens // block_size) + worker.decode_blocks\n"},
+    {"name": "ties_by_index_only",
+     "explain": "breaks ties by the index alone, ignoring Dynamo's smaller-tree rule",
+     "old": "        return min(range(len(workers)), key=lambda i: (costs[i], workers[i].tree_size, i))\n",
+     "new": "        return min(range(len(workers)), key=lambda i: (costs[i], i))\n"},
+]
