@@ -196,14 +196,15 @@ def page(browser_context, lab, request, tmp_path):
 
 
 def test_step_button_changes_the_diagram(page):
-    diagram_nodes = "document.querySelectorAll('.nano-stepper-diagram svg g.node').length"
+    # The notebook's first stepper (the radix one; the tier stepper below it has its own test).
+    diagram_nodes = "document.querySelector('.nano-stepper-diagram').querySelectorAll('svg g.node').length"
     narration = "document.querySelector('.nano-stepper-narration')?.innerText ?? ''"
     before_text = page.evaluate(narration)
     before_svg = page.inner_html(".nano-stepper-diagram")
     assert page.evaluate(diagram_nodes) == 1  # the empty tree: the root alone
     assert "empty tree" in before_text
 
-    step = page.locator(".nano-stepper-step")
+    step = page.locator(".nano-stepper-step").first
     step.click()  # r0 matches nothing ...
     page.wait_for_function(f"({narration}).includes('match')", timeout=15_000)
     step.click()  # ... and inserts its five tokens: a new node
@@ -217,7 +218,7 @@ def test_step_button_changes_the_diagram(page):
 def test_hit_rate_and_prediction_render(page):
     hit_rate = "document.querySelector('.nano-stepper-hit-rate')?.innerText ?? ''"
     assert "no lookup yet" in page.evaluate(hit_rate)
-    step = page.locator(".nano-stepper-step")
+    step = page.locator(".nano-stepper-step").first
     for _ in range(3):  # r0 matches nothing and inserts; r1 matches [1, 2, 3]
         step.click()
         page.wait_for_timeout(300)
