@@ -55,9 +55,11 @@ lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m mypy
 
-# One pytest-xdist worker per core. Under --dist loadgroup the chapters run one after another on one
-# worker and the browser tests on one worker (tests/conftest.py groups them by their marks), while
-# the other workers take the rest.
+# One pytest-xdist worker per core. Under --dist loadgroup the browser tests run on one worker (one
+# JupyterLab and one Chromium for them all), the tests that read the one run of `judge.py check` on
+# one worker, and the two that read the one Triton-interpreter child on one worker
+# (tests/conftest.py groups them by their marks and fixtures); the chapters, each in its own kernel,
+# and the rest spread over all workers.
 PYTEST_PARALLEL := -n auto --dist loadgroup
 
 test: setup lint

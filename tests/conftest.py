@@ -8,7 +8,11 @@ vocabulary, 4 layers) is loaded once per session (per xdist worker); its greedy 
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -32,17 +36,27 @@ from nano_engine.model import Transformer, generate
 if "PYTEST_XDIST_WORKER_COUNT" in os.environ:     # in case a plugin imported torch before us
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
-# Tests that start heavy helpers share one worker per kind under `--dist loadgroup` (`make test`):
-# the chapters one after another (each starts a kernel), the browser tests one after another
-# (each starts JupyterLab and Chromium).
-XDIST_GROUPS = ("notebook", "browser")
+# Tests that share a heavy helper run on one worker under `--dist loadgroup` (`make test`): the
+# browser tests (one JupyterLab and one Chromium for all of them), and the tests that read
+# `judge.py check`'s one run or the one Triton-interpreter child. The chapters are not grouped:
+# each starts its own kernel (own ports, own process, one thread per worker's share of the cores)
+# and writes nothing another chapter reads, so two run at once, one per worker, and the longest
+# chapters no longer queue behind each other on one worker.
+XDIST_GROUPS = ("browser",)
+SHARED_RUN_GROUPS = {"judge_check": "judge_check", "interpreter_run": "interpreter_run"}   # session fixture -> group
+
+
+def _xdist_groups(item) -> list[str]:
+    groups = [group for group in XDIST_GROUPS if item.get_closest_marker(group)]
+    groups += [group for fixture, group in SHARED_RUN_GROUPS.items() if fixture in getattr(item, "fixturenames", ())]
+    return sorted(groups)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(config, items):
-    for item in items:
-        for group in XDIST_GROUPS:
-            if item.get_closest_marker(group):
+    if config.pluginmanager.hasplugin("xdist"):    # its mark is unknown under -p no:xdist
+        for item in items:
+            for group in _xdist_groups(item):
                 item.add_marker(pytest.mark.xdist_group(group))
     yield                               # pytest-xdist's hook reads the marks here
     if not getattr(config.option, "loadgroup", False):     # set on xdist's workers under --dist loadgroup
@@ -54,10 +68,70 @@ def pytest_collection_modifyitems(config, items):
     from _pytest.nodeid import NodeId
 
     for item in items:
-        groups = sorted(group for group in XDIST_GROUPS if item.get_closest_marker(group))
+        groups = _xdist_groups(item)
         suffix = "@" + "_".join(groups)
         if groups and not item.nodeid.endswith(suffix):
             item._id = NodeId.parse(item.nodeid + suffix)
+
+
+JUDGE_CHECK_TIMEOUT_S = 5.0     # CPU seconds per test, as for a learner's file in the notebooks
+
+
+@pytest.fixture(scope="session")
+def judge_check(tmp_path_factory) -> tuple[subprocess.CompletedProcess, dict]:
+    """``python practice/judge.py check --json``, run once: every exercise's reference, starter, wrong
+    variants and mistakes judged in child processes, its worked examples, seal and mutation report.
+    test_judge checks the command as a whole, test_exercises reads each wrong file's verdict from it
+    (one judging per file instead of two). Its tests share one xdist worker (``SHARED_RUN_GROUPS``),
+    so it runs once per ``make test``."""
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "NANO_ENGINE_WORKSPACE": str(tmp_path_factory.mktemp("workspace")), "NO_COLOR": "1"}
+    proc = subprocess.run([sys.executable, str(root / "practice" / "judge.py"), "check", "--json",
+                           "--timeout", str(JUDGE_CHECK_TIMEOUT_S)],
+                          capture_output=True, text=True, cwd=str(root), env=env, timeout=1800)
+    try:
+        return proc, json.loads(proc.stdout)
+    except ValueError:
+        pytest.fail(f"judge.py check printed no JSON (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+
+
+INTERPRETER_CASES = {   # file -> the tests of it that need TRITON_INTERPRET=1 (None: the whole file)
+    "test_triton_attention.py": None,
+    "test_fast_path.py": ["test_interpreter_engine_triton_equals_reference",
+                          "test_interpreter_runner_decode_through_static_buffers",
+                          "test_interpreter_runner_returns_the_requested_logit_rows",
+                          "test_interpreter_precompile_writes_nothing"],
+}
+
+
+@pytest.fixture(scope="session")
+def interpreter_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, dict[str, dict[str, int]]]:
+    """The Triton-interpreter cases of test_triton_attention.py and test_fast_path.py, in one child
+    pytest started with ``TRITON_INTERPRET=1`` (it must be set before the process first imports
+    triton; see test_triton_attention.py): one child, so torch and triton are imported once for both.
+    Returns the child and, per file, its counts of passed / failed / skipped tests (from JUnit XML).
+    Its tests share one xdist worker (``SHARED_RUN_GROUPS``), so it runs once per ``make test``."""
+    import xml.etree.ElementTree as ET
+
+    if os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on"):
+        pytest.skip("this is the interpreter run")   # the child itself: it starts no child
+    here = Path(__file__).resolve().parent
+    junit = tmp_path_factory.mktemp("interpreter") / "junit.xml"
+    targets = [str(here / name) if tests is None else f"{here / name}::{test}"
+               for name, tests in INTERPRETER_CASES.items() for test in (tests or [None])]
+    command = [sys.executable, "-m", "pytest", *targets, "-q", "-rs", "-p", "no:cacheprovider",
+               "-p", "no:xdist", f"--junitxml={junit}"]
+    child = subprocess.run(command, env={**os.environ, "TRITON_INTERPRET": "1"}, cwd=here.parent,
+                           capture_output=True, text=True, timeout=900)
+    counts = {name: {"passed": 0, "failed": 0, "skipped": 0} for name in INTERPRETER_CASES}
+    if junit.exists():
+        for case in ET.parse(junit).iter("testcase"):
+            name = case.get("classname", "").rsplit(".", 1)[-1] + ".py"
+            if name in counts:
+                kind = ("failed" if case.find("failure") is not None or case.find("error") is not None
+                        else "skipped" if case.find("skipped") is not None else "passed")
+                counts[name][kind] += 1
+    return child, counts
 
 
 @pytest.fixture(scope="module")

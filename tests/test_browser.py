@@ -4,8 +4,10 @@ stepper (chapter 06) draws its node states, copies in flight and eviction counts
 
 JupyterLab serves a small notebook on 127.0.0.1 only; Debian's ``chromium`` (headless, driven by
 Playwright's Python API through ``executable_path``; no browser is downloaded) opens it, runs the
-cells, clicks Step and checks that the narration, the hit rate and the SVG diagram change. Each
-test leaves a screenshot, ``browser.png``, in its temporary folder (pytest's ``--basetemp``). Skips, saying why,
+cells, clicks Step and checks that the narration, the hit rate and the SVG diagram change. One server
+and one Chromium serve the whole file; each test gets its own copy of the notebook (so its own kernel),
+its own JupyterLab workspace (nothing restored from the test before) and its own page (one browser
+context for the file, so its HTTP cache keeps JupyterLab's scripts between tests), and leaves a screenshot, ``browser.png``, in its temporary folder (pytest's ``--basetemp``). Skips, saying why,
 when Chromium, Playwright or JupyterLab is missing (``NANO_ENGINE_CHROMIUM`` may point at another
 Chromium binary). The server and its kernel are always stopped.
 """
@@ -53,7 +55,7 @@ tier = TierStepper([[1, 2, 3, 4], [5, 6, 7, 8], [1, 2, 3, 4, 9]], device_tokens=
 tier"""
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def chromium() -> str:
     """Debian's Chromium, and the Python packages the test drives it with (else: skip, saying which)."""
     path = os.environ.get("NANO_ENGINE_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
@@ -71,7 +73,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def write_notebook(folder: Path) -> str:
+def write_notebook(folder: Path, name: str) -> str:
     notebook = {
         "cells": [{"cell_type": "code", "execution_count": None, "id": cell_id, "metadata": {},
                    "outputs": [], "source": source}
@@ -81,17 +83,19 @@ def write_notebook(folder: Path) -> str:
         "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
         "nbformat": 4, "nbformat_minor": 5,
     }
-    (folder / "stepper.ipynb").write_text(json.dumps(notebook))
-    return "stepper.ipynb"
+    (folder / f"{name}.ipynb").write_text(json.dumps(notebook))
+    return f"{name}.ipynb"
 
 
-@pytest.fixture
-def lab(tmp_path, chromium):
-    """A JupyterLab server on 127.0.0.1 (own config, runtime and workspace folders); yields its URL base."""
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory, chromium):
+    """A JupyterLab server on 127.0.0.1 (own config, runtime and workspace folders), one for the
+    file; yields ``open_url(name)``, which writes a fresh copy of the test notebook and returns the
+    URL that opens it in a workspace of the same name (so nothing of an earlier test is restored)."""
+    tmp_path = tmp_path_factory.mktemp("lab")
     root, home = tmp_path / "notebooks", tmp_path / "jupyter"
     root.mkdir()
     home.mkdir()
-    name = write_notebook(root)
     port, token = free_port(), secrets.token_hex(16)
     env = dict(os.environ,
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
@@ -105,7 +109,7 @@ def lab(tmp_path, chromium):
          "--LabApp.extension_manager=readonly",  # no package index queries
          *(["--allow-root"] if os.geteuid() == 0 else [])],  # CI containers often run as root
         env=env, stdout=log, stderr=subprocess.STDOUT,
-        start_new_session=True)  # its own process group: the kernel it starts goes down with it
+        start_new_session=True)  # its own process group: the kernels it starts go down with it
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -117,11 +121,16 @@ def lab(tmp_path, chromium):
                     log.flush()
                     pytest.fail("JupyterLab did not start:\n" + (tmp_path / "jupyter.log").read_text()[-3000:])
                 time.sleep(0.3)
-        yield f"http://127.0.0.1:{port}/lab/tree/{name}?token={token}"
+
+        def open_url(name: str) -> str:
+            notebook = write_notebook(root, name)
+            return f"http://127.0.0.1:{port}/lab/workspaces/{name}/tree/{notebook}?token={token}"
+
+        yield open_url
     finally:
         for sig, wait_s in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
             try:
-                os.killpg(server.pid, sig)  # the group this test created (server and kernel)
+                os.killpg(server.pid, sig)  # the group this fixture created (server and kernels)
             except ProcessLookupError:
                 break
             try:
@@ -134,6 +143,19 @@ def lab(tmp_path, chromium):
         except ProcessLookupError:
             pass
         log.close()
+
+
+@pytest.fixture(scope="module")
+def browser_context(chromium):
+    """One headless Chromium for the file; yields its one context, where each test opens its own page."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, timeout=30_000)
+        try:
+            yield browser.new_context(viewport={"width": 1400, "height": 1000})
+        finally:
+            browser.close()
 
 
 def run_notebook(page) -> None:
@@ -161,31 +183,28 @@ def run_notebook(page) -> None:
 
 
 @pytest.fixture
-def page(chromium, lab, tmp_path):
-    """A Chromium page on the test notebook with all its cells run; leaves ``browser.png``."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, timeout=30_000)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        try:
-            page.goto(lab, timeout=45_000)
-            run_notebook(page)
-            yield page
-        finally:
-            page.screenshot(path=str(tmp_path / "browser.png"), full_page=True)
-            browser.close()
+def page(browser_context, lab, request, tmp_path):
+    """A Chromium page on this test's own copy of the notebook with all its cells run; leaves ``browser.png``."""
+    page = browser_context.new_page()
+    try:
+        page.goto(lab(request.node.name), timeout=45_000)
+        run_notebook(page)
+        yield page
+    finally:
+        page.screenshot(path=str(tmp_path / "browser.png"), full_page=True)
+        page.close()
 
 
 def test_step_button_changes_the_diagram(page):
-    diagram_nodes = "document.querySelectorAll('.nano-stepper-diagram svg g.node').length"
+    # The notebook's first stepper (the radix one; the tier stepper below it has its own test).
+    diagram_nodes = "document.querySelector('.nano-stepper-diagram').querySelectorAll('svg g.node').length"
     narration = "document.querySelector('.nano-stepper-narration')?.innerText ?? ''"
     before_text = page.evaluate(narration)
     before_svg = page.inner_html(".nano-stepper-diagram")
     assert page.evaluate(diagram_nodes) == 1  # the empty tree: the root alone
     assert "empty tree" in before_text
 
-    step = page.locator(".nano-stepper-step")
+    step = page.locator(".nano-stepper-step").first
     step.click()  # r0 matches nothing ...
     page.wait_for_function(f"({narration}).includes('match')", timeout=15_000)
     step.click()  # ... and inserts its five tokens: a new node
@@ -199,7 +218,7 @@ def test_step_button_changes_the_diagram(page):
 def test_hit_rate_and_prediction_render(page):
     hit_rate = "document.querySelector('.nano-stepper-hit-rate')?.innerText ?? ''"
     assert "no lookup yet" in page.evaluate(hit_rate)
-    step = page.locator(".nano-stepper-step")
+    step = page.locator(".nano-stepper-step").first
     for _ in range(3):  # r0 matches nothing and inserts; r1 matches [1, 2, 3]
         step.click()
         page.wait_for_timeout(300)

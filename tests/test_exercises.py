@@ -1,13 +1,16 @@
 """The exercises in practice/ and the notebook buttons of nano_engine.notebook.exercises.
 
 - Every reference solution passes its tests, every starter and every known-wrong variant fails
-  them, and every worked example in a problem.md agrees with the reference (run in-process with
-  the judge's runner core, which is what a browser would use).
+  them, and every worked example in a problem.md agrees with the reference (the reference and the
+  starter run in-process with the judge's runner core, which is what a browser would use; the
+  wrong files in child processes, as a learner's file is judged, read from the one run of
+  `judge.py check` that test_judge checks as a whole: the ``judge_check`` fixture of conftest.py).
 - Where an exercise's interface is a nano_engine class, the package's class passes the same tests.
 - The "Check my solution" / "Run examples" buttons, driven from code.
 """
 
 import importlib.util
+import re
 import sys
 import types
 from pathlib import Path
@@ -38,13 +41,6 @@ def _judge_here(ex, path, **kwargs) -> dict:
     return runner.judge_in_process(ex.tests, path, ex.starter, **kwargs)
 
 
-def _judge_in_child(ex, path) -> dict:
-    """Judge a known-wrong file as a learner's is judged: in a child process with a time and memory
-    limit (a wrong variant may loop forever or grow a list without end; in-process it would hang
-    or exhaust this process's memory)."""
-    return judge.judge_file(ex, path, timeout=5.0)
-
-
 def _failures(report: dict) -> str:
     return "\n".join(f"{t['name']}: {t['verdict']}: {t['message']} {t.get('failure')}"
                      for t in report.get("tests", []) if t["verdict"] != "accepted") + str(report.get("load_error", ""))
@@ -73,21 +69,30 @@ def test_starter_is_rejected_and_raises_not_implemented(ex):
     assert any("NotImplementedError" in t["message"] for t in report["tests"])
 
 
+def _checked(judge_check, ex, label: str) -> dict:
+    """The verdict `judge.py check` gave one of ``ex``'s files (its row, with the failed count)."""
+    rows = {r["exercise"]: r for r in judge_check[1]["exercises"]}
+    row = next((f for f in rows[ex.number].get("files", []) if f["file"] == label), None)
+    assert row is not None, f"judge.py check judged no {label!r} of {ex.name}: {rows[ex.number].get('problems')}"
+    return {**row, "failed": int(re.fullmatch(r"\d+ passed, (\d+) failed", row["summary"])[1])}
+
+
 @pytest.mark.parametrize("ex,path", WRONG, ids=[f"{ex.number}-{p.stem}" for ex, p in WRONG])
-def test_wrong_variant_is_rejected(ex, path):
-    report = _judge_in_child(ex, path)
+def test_wrong_variant_is_rejected(ex, path, judge_check):
+    """Judged as a learner's file is, in a child process with a time and memory limit (a wrong
+    variant may loop forever or grow a list without end): by `judge.py check`'s one run."""
+    report = _checked(judge_check, ex, f"wrong/{path.name}")
     assert report["verdict"] in ("wrong answer", "runtime error", "timeout"), report["verdict"]
-    assert report["failed"] >= 1
+    assert report["failed"] >= 1 and report["caught_by"]
 
 
 @pytest.mark.parametrize("ex,mistake", MISTAKES, ids=[f"{ex.number}-{m['name']}" for ex, m in MISTAKES])
-def test_mistake_applies_once_and_is_rejected(ex, mistake, tmp_path):
+def test_mistake_applies_once_and_is_rejected(ex, mistake, judge_check):
     assert set(mistake) == {"name", "explain", "old", "new"} and mistake["explain"]
     assert ex.solution.read_text(encoding="utf-8").count(mistake["old"]) == 1
-    path = tmp_path / f"{mistake['name']}.py"
-    path.write_text(judge.apply_mistake(ex, mistake), encoding="utf-8")
-    report = _judge_in_child(ex, path)
+    report = _checked(judge_check, ex, f"mistake {mistake['name']}")   # judge.apply_mistake's file, in a child
     assert report["verdict"] in ("wrong answer", "runtime error", "timeout"), report["verdict"]
+    assert report["failed"] >= 1 and report["caught_by"]
     changed = [line for line in judge.mistake_diff(ex, mistake).splitlines()[2:] if line[:1] in "+-"]
     assert changed, "the diff a reader sees shows the edit"
 

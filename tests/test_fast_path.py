@@ -76,17 +76,15 @@ def interp():
     return triton_attention
 
 
-def test_interpreter_cases_in_a_child_process():
+def test_interpreter_cases_in_a_child_process(interpreter_run):
+    """This file's interpreter cases, run in the one interpreter child (conftest.py's ``interpreter_run``)."""
     if INTERPRETER_RUN:
         pytest.skip("this is the interpreter run")
     pytest.importorskip("triton")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    command = [sys.executable, "-m", "pytest", str(Path(__file__).resolve()), "-q", "-rs", "-p", "no:cacheprovider",
-               "-k", "interpreter_engine or interpreter_runner or interpreter_precompile"]
-    child = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=900)
+    child, counts = interpreter_run
     report = child.stdout[-6000:] + child.stderr[-2000:]
     assert child.returncode == 0, report
-    assert "6 passed" in child.stdout and " failed" not in child.stdout, report
+    assert counts["test_fast_path.py"] == {"passed": 6, "failed": 0, "skipped": 0}, report
 
 
 # ------------------------------------------------------------------------------------------------

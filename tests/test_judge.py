@@ -70,10 +70,9 @@ def mistake_file(number: str, name: str, folder: Path) -> Path:
 # The exercises as a whole
 
 
-def test_check_passes(workspace):
+def test_check_passes(judge_check):
     """`judge.py check`, mutation testing included: every exercise sound, no surviving mutant."""
-    proc = run("check", "--json", workspace=workspace, timeout=1800)
-    result = json.loads(proc.stdout)
+    proc, result = judge_check
     problems = {r["exercise"]: r["problems"] for r in result["exercises"] if r["problems"]}
     assert problems == {}
     assert result["ok"] and proc.returncode == 0

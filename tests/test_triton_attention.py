@@ -4,7 +4,8 @@ Without a GPU the kernels run in Triton's interpreter, on CPU tensors. ``TRITON_
 takes effect if it is set before the *first* ``import triton`` of the process (Triton decorates its
 own helpers, such as ``tl.max``, at that moment), and in a full test run another module may have
 imported triton long before this one. So the interpreter cases run in a child pytest process on this
-file, started with the variable set (``test_interpreter_cases_in_a_child_process``); in the parent
+file (and test_fast_path.py's interpreter cases: one child for both, conftest.py's ``interpreter_run``),
+started with the variable set (``test_interpreter_cases_in_a_child_process``); in the parent
 they are skipped with that reason. Running ``TRITON_INTERPRET=1 pytest tests/test_triton_attention.py``
 runs them directly.
 
@@ -22,7 +23,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -58,18 +58,15 @@ def compiled():
     return triton_attention
 
 
-def test_interpreter_cases_in_a_child_process():
+def test_interpreter_cases_in_a_child_process(interpreter_run):
+    """This file run in the one interpreter child (conftest.py's ``interpreter_run``)."""
     if INTERPRETER_RUN:
         pytest.skip("this is the interpreter run")
     pytest.importorskip("triton")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    command = [sys.executable, "-m", "pytest", str(Path(__file__).resolve()), "-q", "-rs",
-               "-p", "no:cacheprovider"]
-    child = subprocess.run(command, env=env, cwd=MODULE_PATH.parents[1], capture_output=True, text=True,
-                           timeout=600)
+    child, counts = interpreter_run
     report = child.stdout[-6000:] + child.stderr[-2000:]
     assert child.returncode == 0, report
-    assert " passed" in child.stdout and " failed" not in child.stdout, report
+    assert counts["test_triton_attention.py"]["passed"] > 0 and counts["test_triton_attention.py"]["failed"] == 0, report
 
 
 def load_private_copy(name: str):
