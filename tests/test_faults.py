@@ -37,6 +37,14 @@ from nano_engine.engine import LLMEngine, SamplingParams
 from nano_engine.model import generate
 from nano_engine.sequence import Sequence, Status
 
+
+@pytest.fixture(scope="module")
+def tiny_model(small_vocab_model):
+    """These tests feed token ids, never text: the tiny body over a 4,096-token vocabulary
+    (conftest.py's ``small_vocab_model``), so a step is not spent in a 151,936-row LM head."""
+    return small_vocab_model
+
+
 CACHES = ["none", "hashed", "vllm", "radix"]
 FAULTS = [RuntimeError, KeyboardInterrupt]
 FIRE_AT = [0, 1, 3]             # the 1st, 2nd or 4th matching call raises

@@ -13,6 +13,14 @@ from nano_engine.engine import SamplingParams
 from nano_engine.host_tier import WRITE_POLICIES, CopyEngine
 from nano_engine.model import generate
 
+
+@pytest.fixture(scope="module")
+def tiny_model(small_vocab_model):
+    """These tests feed token ids, never text: the tiny body over a 4,096-token vocabulary
+    (conftest.py's ``small_vocab_model``), so a step is not spent in a 151,936-row LM head."""
+    return small_vocab_model
+
+
 CACHES = ["radix", "hashed", "vllm"]
 
 
