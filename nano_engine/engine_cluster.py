@@ -108,12 +108,11 @@ class EngineCluster(Cluster):
         return RoutingRequest(list(prompt), hashes, len(prompt), self.config.block_size)
 
     def serve(self, prompt: Sequence[int], max_tokens: int = 8) -> Served:
-        """Route one prompt (after every engine's events so far are in the index), run it there."""
+        """Route one prompt, run it there, and wait until its engine's events are in the index (so
+        the next prompt is routed on them; the other engines published nothing meanwhile)."""
         prompt = [int(t) for t in prompt]
         if not prompt:
             raise ValueError("the prompt is empty")
-        for k in range(self.config.instances):
-            self._sync(k)
         routed = self.routing_request(prompt)
         k = self.policy.route(routed)
         tokens, cached, self.last_seq[k] = self._call(k, "generate", prompt, max_tokens)

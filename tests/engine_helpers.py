@@ -89,3 +89,21 @@ class SigintAtLine:
 
     def __exit__(self, *exc) -> None:
         sys.settrace(None)
+
+
+def serve_on(manager, request_id: int, tokens: list[int]) -> None:
+    """A whole request's life on a cache manager, as the scheduler drives it: match, can_admit,
+    lock, allocate, compute everything, cache, free; then the next step's stores (begin_step)."""
+    from nano_engine.sampling import SamplingParams
+    from nano_engine.sequence import Sequence
+
+    seq = Sequence(request_id, tokens, SamplingParams())
+    match = manager.match(seq)
+    assert manager.can_admit(match, len(tokens))
+    manager.lock(seq, match)
+    assert manager.allocate(seq, len(tokens))
+    done = seq.num_computed_tokens
+    seq.num_computed_tokens = len(tokens)
+    manager.cache(seq, len(tokens) - done)
+    manager.free(seq)
+    manager.begin_step()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from engine_helpers import serve_on
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from nano_engine.hiradix import HiNode, HiRadixCache
@@ -292,23 +293,6 @@ def tier_state(manager) -> tuple:
     return (trees, list(manager.pool.ref_cnt), manager.pool.num_free, list(manager.host.pages.ref_cnt),
             [(c.kind, tuple(c.src), tuple(c.dst)) for c in manager.copies.in_flight()],
             manager.num_queries, manager.num_hits, manager.num_host_hit_tokens, manager.num_device_hit_tokens)
-
-
-def serve_on(manager, request_id: int, tokens: list[int]) -> None:
-    """A whole request's life on a cache manager: match, admit, compute everything, cache, free."""
-    from nano_engine.sampling import SamplingParams
-    from nano_engine.sequence import Sequence
-
-    seq = Sequence(request_id, tokens, SamplingParams())
-    match = manager.match(seq)
-    assert manager.can_admit(match, len(tokens))
-    manager.lock(seq, match)
-    assert manager.allocate(seq, len(tokens))
-    done = seq.num_computed_tokens
-    seq.num_computed_tokens = len(tokens)
-    manager.cache(seq, len(tokens) - done)
-    manager.free(seq)
-    manager.begin_step()
 
 
 def test_a_failed_admission_leaves_both_tiers_exactly_as_before():

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 import pytest
+from engine_helpers import serve_on
 from hypothesis import given, settings, strategies as st
 
 from nano_engine.kv_events import BlockRemoved, BlockStored, replay
@@ -111,21 +112,6 @@ def test_against_a_brute_force_lru(ops, num_pages):
         assert list(m.blocks) == list(model)
 
 
-def _serve(manager, request_id: int, tokens: list[int]) -> None:
-    """One request through the manager as the scheduler drives it (match, can_admit, lock,
-    allocate, compute everything, cache, free), then the next step's stores."""
-    seq = Sequence(request_id, tokens, SamplingParams())
-    match = manager.match(seq)
-    assert manager.can_admit(match, len(tokens))
-    manager.lock(seq, match)
-    assert manager.allocate(seq, len(tokens))
-    done = seq.num_computed_tokens
-    seq.num_computed_tokens = len(tokens)
-    manager.cache(seq, len(tokens) - done)
-    manager.free(seq)
-    manager.begin_step()
-
-
 @pytest.mark.parametrize("vllm", [False, True])
 def test_a_failed_admission_loads_evicts_and_touches_nothing(vllm):
     """A CPU hit counts as device blocks to allocate in ``can_admit`` (vLLM's allocate_slots counts
@@ -139,8 +125,8 @@ def test_a_failed_admission_loads_evicts_and_touches_nothing(vllm):
     pool = PrefixCachingBlockPool(8, bs, vllm=vllm)
     manager = TieredHashedCacheManager(pool, 64 * bs)
     a, b = list(range(100, 124)), list(range(200, 232))           # 6 and 8 blocks
-    _serve(manager, 0, a)
-    _serve(manager, 1, b)                                          # a leaves the device, stays on the CPU
+    serve_on(manager, 0, a)
+    serve_on(manager, 1, b)                                          # a leaves the device, stays on the CPU
     assert pool.lookup(a, max_tokens=len(a) - 1) == []
     big = Sequence(2, a + list(range(300, 340)), SamplingParams())  # a's 6 blocks on the CPU + 10 new
     match = manager.match(big)
