@@ -723,7 +723,7 @@ def format_report(report: dict) -> str:
         lines += ["", f"  note: {report['unsigned_lines']} line(s) on the judge's channel were not written by the "
                       "runner and were ignored"]
     if judged and not judged.get("sealed"):
-        lines += ["", "  note: test.py or runner.py differs from the shipped version (practice/SHA256SUMS): "
+        lines += ["", "  note: test.py, runner.py or proxy.py differs from the shipped version (practice/SHA256SUMS): "
                       "this verdict is not recorded"]
     lines += ["", f"verdict: {_color(report['verdict'], VERDICT_COLOR.get(report['verdict'], '0'))}",
               report["summary"]]

@@ -41,6 +41,8 @@ from __future__ import annotations
 import base64
 import builtins
 import collections
+import copy
+import functools
 import json
 import operator
 import os
@@ -59,6 +61,9 @@ _is = operator.is_
 _SCALARS = frozenset({type(None), bool, int, str})
 _PLAIN_VALUES = frozenset({int, str, float, bytes})
 _TENSOR_TYPES = ("torch.Tensor", "torch.nn.parameter.Parameter")
+# What a test passes as a function (a callback) rather than as an object with methods.
+_TEST_FUNCTIONS = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, types.BuiltinMethodType,
+                   functools.partial, type)
 # The special methods a learner's class may define that a mirror forwards to the child.
 SPECIALS = ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__hash__", "__len__", "__iter__",
             "__contains__", "__getitem__", "__setitem__", "__delitem__", "__bool__", "__repr__", "__str__",
@@ -136,6 +141,16 @@ class Mirror:
     __slots__ = ("__dict__", "__weakref__")
     _link: Link
     learner_object = True
+
+    # copy.copy / copy.deepcopy of a learner's object (exercise 61's brute force works on a deep
+    # copy of the learner's tree): the child makes the copy, the judge gets its mirror.
+    def __copy__(self) -> Any:
+        link = type(self)._link
+        return link.request("copy", link.handles[id(self)], "shallow")
+
+    def __deepcopy__(self, memo: dict) -> Any:
+        link = type(self)._link
+        return link.request("copy", link.handles[id(self)], "deep")
 
 
 class _MirrorMeta(type):
@@ -428,10 +443,10 @@ class Link:
                     self._printed(answer[6])
                     self._apply(answer[5])
                     failure = self._exception(answer)
-                elif kind == "C":   # ["C", callback, args, delta, printed]
+                elif kind == "C":   # ["C", callback, args, delta, printed(, method of a test's object)]
                     self._printed(answer[4])
                     self._apply(answer[3])
-                    self._serve_callback(answer[1], answer[2])
+                    self._serve_callback(answer[1], answer[2], answer[5] if len(answer) > 5 else None)
                     continue
                 elif kind == "X":   # ["X", message, where]: the child's watchdog
                     where = _clean_where(answer[2])
@@ -455,11 +470,18 @@ class Link:
         if type(dropped) is int and dropped > 0 and hasattr(out, "dropped"):
             out.dropped += dropped
 
-    def _serve_callback(self, index: object, args: object) -> None:
+    def _serve_callback(self, index: object, args: object, method: object = None) -> None:
         if type(index) is not int or not 0 <= index < len(self.callbacks) or not isinstance(args, list):
             raise ProtocolError("unknown callback")
+        target = self.callbacks[index]
+        if method is not None:   # a method of a test's object: public ones only (or calling it)
+            if type(method) is not str or not method.isidentifier() or (
+                    method.startswith("_") and method != "__call__"):
+                raise ProtocolError("not a public method")
         try:
-            value = self.callbacks[index](*[self._decode(a) for a in args])
+            if method is not None:
+                target = getattr(target, method)
+            value = target(*[self._decode(a) for a in args])
             reply = ["R", self.encode(value)]
         except JudgeStop:
             raise
@@ -500,12 +522,17 @@ class Link:
             return _tensor_data(value)
         if isinstance(value, tuple):   # a named tuple of the test: its items
             return ["t", [enc(v) for v in value]]
-        if callable(value):
-            self.callbacks.append(value)  # type: ignore[arg-type]
-            return ["c", len(self.callbacks) - 1]
+        if kind is slice:   # got[:2] on a learner's sequence
+            return ["S", enc(value.start), enc(value.stop), enc(value.step)]  # type: ignore[attr-defined]
         if kind in (int, float, str) or isinstance(value, (int, float, str)):
             return kind.__mro__[1](value) if kind not in (int, float, str) else value  # type: ignore[operator]
-        raise TypeError(f"the judge cannot pass a {kind.__name__} to your code (plain data only)")
+        if isinstance(value, _TEST_FUNCTIONS):
+            self.callbacks.append(value)  # type: ignore[arg-type]
+            return ["c", len(self.callbacks) - 1]
+        # Any other object of the test (exercise 72's random.Random, a scripted Draw) stays here:
+        # the learner's code gets a stand-in whose method calls come back as callbacks.
+        self.callbacks.append(value)  # type: ignore[arg-type]
+        return ["g", len(self.callbacks) - 1]
 
     def _decode(self, data: Any) -> Any:
         """The child's plain data as values (strictly: anything else is a ProtocolError)."""
@@ -1062,13 +1089,20 @@ class _Server:
             return _tensor_from(data[1], data[2], data[3])
         if tag == "c":
             return self._callback(data[1])
+        if tag == "g":
+            return _TestObject(self, data[1])
+        if tag == "S":
+            return slice(self.decode(data[1]), self.decode(data[2]), self.decode(data[3]))
         raise ValueError(f"unknown tag {tag!r}")
 
-    def _callback(self, index: int) -> Callable:
+    def _callback(self, index: int, method: str | None = None) -> Callable:
         def callback(*args: Any) -> Any:
             encoded = [self.encode(a) for a in args]
             roots = [r for frame in self.roots for r in frame] + list(args)
-            self.send(["C", index, encoded, self.delta(roots), self.take_printed()])
+            message = ["C", index, encoded, self.delta(roots), self.take_printed()]
+            if method is not None:
+                message.append(method)
+            self.send(message)
             return self.serve(until_reply=True)
         return callback
 
@@ -1127,6 +1161,8 @@ class _Server:
             writes: list = []
             if op == "get":
                 result = getattr(target, message[2])
+            elif op == "copy":
+                result = (copy.deepcopy if message[2] == "deep" else copy.copy)(target)
             elif op == "set":
                 value = self.decode(message[3])
                 roots.append(value)
@@ -1184,6 +1220,28 @@ class _Server:
 
 
 _PROPERTY = object()   # in a snapshot: the names and values after it are properties
+
+
+class _TestObject:
+    """In the learner's process: a stand-in for an object of the test (not plain data). Calling
+    one of its methods asks the judge to call the real one; nothing else of it is here."""
+
+    __slots__ = ("_server", "_index")
+
+    def __init__(self, server: _Server, index: int):
+        object.__setattr__(self, "_server", server)
+        object.__setattr__(self, "_index", index)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return self._server._callback(self._index, name)
+
+    def __call__(self, *args: Any) -> Any:
+        return self._server._callback(self._index, "__call__")(*args)
+
+    def __repr__(self) -> str:
+        return "<an object of the tests>"
 
 
 def _shallow(value: Any) -> Any:
