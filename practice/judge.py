@@ -5,6 +5,7 @@
     python practice/judge.py start 21             copy the starter into practice/workspace/, show the problem
     python practice/judge.py test 21 --run        run the examples (test_example*) on your file
     python practice/judge.py test 21              run every test; accepted only when all pass
+    python practice/judge.py test 21 --isolated   the same, the tests here and your code behind a proxy (slower)
     python practice/judge.py solution 21          run the tests on the reference solution (--show prints it)
     python practice/judge.py mistakes 21          the classic mistakes of exercise 21, each as a diff
     python practice/judge.py check                every exercise sound: reference accepted, starter and mistakes
@@ -19,8 +20,10 @@ a machine-readable report (the notebooks' "Check my solution" button reads it); 
 (or the NANO_ENGINE_WORKSPACE environment variable) moves the workspace.
 
 Your code runs in a separate Python process with a time limit and a memory limit, so an endless
-loop or a crash is reported as a verdict ("timeout", "runtime error") instead of hanging the judge;
-the verdict is decided here, from the child's signed results (see practice/README.md).
+loop or a crash is reported as a verdict ("timeout", "runtime error") instead of hanging the judge.
+Two runners: `test` runs the tests with your code in that process and decides the verdict here,
+from its signed results (fast); `verify` and `test --isolated` run the tests here and your code
+behind proxy.py, plain data between, so your code cannot reach the tests (see practice/README.md).
 Standard library only: the tests themselves run in runner.py, which a browser could run too.
 Exit status: 0 when accepted (or the command succeeded), 1 otherwise, 2 for a usage error.
 """
