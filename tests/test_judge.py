@@ -848,6 +848,16 @@ def test_what_crosses_the_pipe_is_plain_data():
     cls = link.objects[1]
     assert "ok" in vars(cls) and "__del__" not in vars(cls) and "__reduce__" not in vars(cls)
     assert "__class__" not in vars(cls) and "__init_subclass__" not in vars(cls)
+    # an object of the test handed to the code (exercise 72's rng): the code may call its public
+    # methods through the judge, never reach a private one or a dunder such as __globals__
+    import random
+    rng = random.Random(0)
+    assert link.encode(rng) == ["g", 0] and link.encode(slice(1, None)) == ["S", 1, None, None]
+    for name in ("_randbelow", "__class__", "__reduce__", "seed()", 7):
+        with pytest.raises(judge.proxy.ProtocolError):
+            link._serve_callback(0, [], name)
+    with pytest.raises(judge.proxy.JudgeStop):   # allowed: called, then the reply has no pipe to go to
+        link._serve_callback(0, [], "random")
 
 
 # ---------------------------------------------------------------------------------------------
