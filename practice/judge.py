@@ -81,6 +81,8 @@ IMPORT_LIMIT = 180.0         # the libraries test.py imports (torch: seconds on 
 WALL_FACTOR, WALL_GRACE = 10, 20.0   # the child's CPU-time watchdog decides timeouts; this wall-clock limit
                                     # (10x the CPU limit + 20 s) only catches code that sleeps or blocks,
                                     # and holds at load average 10 on two cores
+ISOLATED_TIME_FACTOR = 3     # the isolated runner's round trips are CPU time too (encoding, the mirrors' walk):
+                             # its tests get 3x --timeout, so an honest file passes `verify` wherever it passes `test`
 STATUS_FILE = ".judge_status.json"
 SEAL_FILE = "SHA256SUMS"     # shipped hashes of runner.py, proxy.py and every test.py (`judge.py seal` writes it)
 NOT_RUN = "not run"
@@ -427,7 +429,8 @@ def judge_file(ex: Exercise, path: str | os.PathLike, *, examples_only: bool = F
       through proxy.py (plain data only), so nothing the file does can reach the tests, their
       expected values or the verdict. Slower: every call into the file is a round trip.
 
-    Each test gets ``timeout`` seconds of CPU time; after the first timeout (or a crash) the
+    Each test gets ``timeout`` seconds of CPU time (the isolated runner ``ISOLATED_TIME_FACTOR``
+    times that, its round trips included); after the first timeout (or a crash) the
     tests not yet run are skipped with a note -- an endless loop costs one time limit, not one
     per test. The report records what was judged: hashes of the file, test.py, the runner and
     the proxy, and whether the last three are the shipped ones (``sealed``).
@@ -453,7 +456,8 @@ def judge_file(ex: Exercise, path: str | os.PathLike, *, examples_only: bool = F
     names = runner.list_test_names(ex.tests, examples_only=examples_only)
     if isolated:
         results, load_error, not_run_reason, stderr_text = _judge_isolated(
-            ex, path, tests_source, names, timeout=timeout, memory_mb=memory_mb, check_interface=check_interface)
+            ex, path, tests_source, names, timeout=timeout * ISOLATED_TIME_FACTOR, memory_mb=memory_mb,
+            check_interface=check_interface)
         unsigned = 0
     else:
         results, load_error, not_run_reason, stderr_text, unsigned = _judge_in_child(
