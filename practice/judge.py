@@ -415,7 +415,7 @@ def _read_event(line: str, secret: str) -> dict | None:
 
 def judge_file(ex: Exercise, path: str | os.PathLike, *, examples_only: bool = False,
                timeout: float = DEFAULT_TIMEOUT, memory_mb: int | None = DEFAULT_MEMORY_MB,
-               check_interface: bool = True, isolated: bool = False) -> dict:
+               check_interface: bool = True, isolated: bool = False, first_failure: bool = False) -> dict:
     """Run exercise ``ex``'s tests on the file at ``path``; return the report.
 
     Two runners, one report (``judged["runner"]`` says which):
@@ -433,7 +433,8 @@ def judge_file(ex: Exercise, path: str | os.PathLike, *, examples_only: bool = F
     times that, its round trips included); after the first timeout (or a crash) the
     tests not yet run are skipped with a note -- an endless loop costs one time limit, not one
     per test. The report records what was judged: hashes of the file, test.py, the runner and
-    the proxy, and whether the last three are the shipped ones (``sealed``).
+    the proxy, and whether the last three are the shipped ones (``sealed``). ``first_failure``
+    (isolated runner only; ``check`` judging a wrong file): stop at the first test that fails.
     """
     if not timeout > 0:
         raise UsageError(f"--timeout must be a positive number of seconds, got {timeout:g}")
@@ -457,7 +458,7 @@ def judge_file(ex: Exercise, path: str | os.PathLike, *, examples_only: bool = F
     if isolated:
         results, load_error, not_run_reason, stderr_text = _judge_isolated(
             ex, path, tests_source, names, timeout=timeout * ISOLATED_TIME_FACTOR, memory_mb=memory_mb,
-            check_interface=check_interface)
+            check_interface=check_interface, first_failure=first_failure)
         unsigned = 0
     else:
         results, load_error, not_run_reason, stderr_text, unsigned = _judge_in_child(
@@ -586,7 +587,8 @@ _LOAD_LOCK = threading.Lock()   # `import solution_under_test` while test.py loa
 
 
 def _judge_isolated(ex: Exercise, path: Path, tests_source: str, names: list[str], *, timeout: float,
-                    memory_mb: int | None, check_interface: bool) -> tuple[dict[str, dict], dict | None, str, str]:
+                    memory_mb: int | None, check_interface: bool,
+                    first_failure: bool = False) -> tuple[dict[str, dict], dict | None, str, str]:
     """The isolated runner: the file in a child process behind proxy.py, the tests here."""
     wall = timeout * WALL_FACTOR + WALL_GRACE
     spec = {"solution": str(path), "starter": str(ex.starter) if check_interface else None,
@@ -602,7 +604,8 @@ def _judge_isolated(ex: Exercise, path: Path, tests_source: str, names: list[str
                                        load_wall_limit=IMPORT_LIMIT + wall)
         try:
             if load_error is None:
-                results, load_error, not_run_reason = _run_tests_isolated(ex, link, path, tests_source, names, timeout)
+                results, load_error, not_run_reason = _run_tests_isolated(ex, link, path, tests_source, names, timeout,
+                                                                          first_failure)
         finally:
             proxy.close(link)
             err.seek(0)
@@ -611,7 +614,7 @@ def _judge_isolated(ex: Exercise, path: Path, tests_source: str, names: list[str
 
 
 def _run_tests_isolated(ex: Exercise, link: Any, path: Path, tests_source: str, names: list[str],
-               timeout: float) -> tuple[dict[str, dict], dict | None, str]:
+                        timeout: float, first_failure: bool = False) -> tuple[dict[str, dict], dict | None, str]:
     """Load test.py here (its ``solution_under_test`` is the child's module) and run the tests."""
     module = proxy.RemoteModule(link, runner.SOLUTION_MODULE)
     output = runner._HELPERS["CapturedOutput"](runner.STDOUT_LIMIT)
@@ -666,6 +669,8 @@ def _run_tests_isolated(ex: Exercise, link: Any, path: Path, tests_source: str, 
             results[name] = result
             return results, None, reason
         results[name] = result
+        if first_failure and result["verdict"] != runner.ACCEPTED:
+            return results, None, f"skipped after the first failure, in {name}"
     return results, None, "not found in test.py"
 
 
@@ -823,7 +828,8 @@ def check_exercise(ex: Exercise, timeout: float = DEFAULT_TIMEOUT, mutate: bool 
                 problems.append(f"mistakes.py: {exc}")
         with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
             reports = list(pool.map(lambda item: judge_file(ex, item[1], timeout=timeout), files))
-            isolated = list(pool.map(lambda item: judge_file(ex, item[1], timeout=timeout, isolated=True), files))
+            isolated = list(pool.map(lambda item: judge_file(ex, item[1], timeout=timeout, isolated=True,
+                                                             first_failure=item[0] != "reference"), files))
     rows = []
     for (label, _, explain), report, alone in zip(files, reports, isolated, strict=True):
         expected_accepted = label == "reference"
