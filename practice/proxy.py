@@ -12,8 +12,9 @@ real object in the judge whose ``__dict__`` holds the child object's attributes,
 dict, set or deque of the learner's is mirrored by a subclass of the same type with the same
 items; so reading ``node.parent.children`` costs what it costs in one process. After every
 request the child walks the objects reachable from what the request touched and sends the ones
-whose contents changed (compared by identity, item by item), so the mirrors are exact whenever
-the test reads them: the child runs nothing between two requests. A test that changes a mirror
+whose contents changed (compared by identity, item by item; a list or dict of plain data that
+changed in a few places travels as an edit of what was sent last), so the mirrors are exact
+whenever the test reads them: the child runs nothing between two requests. A test that changes a mirror
 (``pool.block_hash[b] = h``, ``node.lock_ref = 5``) has the change applied in the child first.
 
 What travels is plain data only: None, bools, numbers, strings, bytes, tuples, lists, dicts,
@@ -43,6 +44,7 @@ import builtins
 import collections
 import copy
 import functools
+import itertools
 import json
 import operator
 import os
@@ -52,7 +54,7 @@ import sys
 import threading
 import time
 import types
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 MAX_MESSAGE = 256 * 2**20          # bytes in one message from the child (a bigger one is refused)
 PRINT_LIMIT = 2000                 # characters of the learner's printing kept per test
@@ -118,7 +120,7 @@ def _tensor_data(t) -> list:
 
 def _is_tensor(value: object) -> bool:
     cls = type(value)
-    return f"{cls.__module__}.{cls.__qualname__}" in _TENSOR_TYPES
+    return cls.__name__ in ("Tensor", "Parameter") and f"{cls.__module__}.{cls.__qualname__}" in _TENSOR_TYPES
 
 
 def _checked(value: object, kind: type) -> Any:
@@ -388,10 +390,10 @@ class Link:
         if size > MAX_MESSAGE:
             self.stop(JudgeStop("runtime error", "your code returned a value too large to judge"))
         self._fill_buffer(4 + size)
-        data = bytes(self.buffer[4:4 + size])
+        data = self.buffer[4:4 + size]
         del self.buffer[:4 + size]
         try:
-            return json.loads(data)
+            return json.loads(data.decode("utf-8"))   # a str: no guessing of the encoding
         except (ValueError, RecursionError):
             self.stop(JudgeStop("runtime error", "the child process wrote something that is not an answer"))
 
@@ -547,11 +549,11 @@ class Link:
                 raise ProtocolError("unknown handle")
             return obj
         if tag == "t":
-            return tuple(map(self._decode, data[1]))
+            return tuple(self._items(data[1]))
         if tag == "L":   # a list of plain scalars, as is
             return [self._plain(v) for v in data[1]]
         if tag == "f":
-            return frozenset(map(self._decode, data[1]))
+            return frozenset(self._items(data[1]))
         if tag == "y":
             return base64.b64decode(data[1])
         if tag == "F" and data[1] in ("nan", "inf", "-inf"):
@@ -561,9 +563,9 @@ class Link:
         if tag == "J":   # a description (plain JSON, cleaned by _clean_where)
             return data[1]
         if tag == "l":
-            return list(map(self._decode, data[1]))
+            return self._items(data[1])
         if tag == "s":
-            return set(map(self._decode, data[1]))
+            return set(self._items(data[1]))
         if tag in ("d", "o"):
             return (dict if tag == "d" else collections.OrderedDict)(
                 zip(map(self._decode, data[1]), map(self._decode, data[2]), strict=True))
@@ -626,6 +628,10 @@ class Link:
                 if type(entry[5]) is not list:
                     raise ProtocolError("not a list of property names")
                 self.props[h] = dict(zip(map(str, entry[5]), self._items(entry[6]), strict=True))
+            elif tag == "L":
+                self._edit_list(obj, entry)
+            elif tag == "D":
+                self._edit_dict(obj, entry)
             elif tag in ("d", "o"):
                 if type(obj) is not _LIVE[tag]:
                     raise ProtocolError("a container changed its kind")
@@ -634,6 +640,31 @@ class Link:
                 if type(obj) is not _LIVE[tag]:
                     raise ProtocolError("a container changed its kind")
                 _fill(obj, tag, self._items(entry[2]), None)
+
+    def _edit_list(self, obj: Any, entry: list) -> None:
+        """[h, "L", start, stop, items]: the mirror's items start:stop become ``items``."""
+        start, stop = entry[2], entry[3]
+        if type(obj) is not _LIVE["l"] or type(start) is not int or type(stop) is not int or not (
+                0 <= start <= stop <= len(obj)):
+            raise ProtocolError("not an edit of a list")
+        list.__setitem__(obj, slice(start, stop), self._items(entry[4]))
+
+    def _edit_dict(self, obj: Any, entry: list) -> None:
+        """[h, "D", gone, changed, new values, new keys, their values]: by position in the
+        mirror's order, the keys that went and the values replaced; then the keys that came."""
+        base = dict if type(obj) is _LIVE["d"] else collections.OrderedDict
+        gone, changed = entry[2], entry[3]
+        if type(obj) not in (_LIVE["d"], _LIVE["o"]) or type(gone) is not list or type(changed) is not list:
+            raise ProtocolError("not an edit of a dict")
+        keys = list(obj)
+        if not all(type(i) is int and 0 <= i < len(keys) for i in gone + changed):
+            raise ProtocolError("not an edit of a dict")
+        for i, value in zip(changed, self._items(entry[4]), strict=True):
+            base.__setitem__(obj, keys[i], value)
+        for i in gone:
+            base.__delitem__(obj, keys[i])
+        for key, value in zip(self._items(entry[5]), self._items(entry[6]), strict=True):
+            base.__setitem__(obj, key, value)
 
     def _mirror_class(self, h: int, entry: list) -> type:
         _, _, name, methods, props, specials = entry[:6]
@@ -839,8 +870,8 @@ class _Server:
         self.ids: dict[int, int] = {}          # id(object) -> handle
         self.kinds: dict[int, str] = {}
         self.snaps: dict[int, Any] = {}        # handle -> the contents last sent (the objects themselves)
-        self.kids: dict[int, list] = {}        # handle -> the non-plain objects in those contents
-        self.fresh: list = []                  # objects given a handle since the last delta
+        self.kids: dict[int, list] = {}        # handle -> the handles those contents refer to
+        self.fresh: list[int] = []             # handles given since the last delta
         self.learner_classes: dict[type, bool] = {}
         self.getters: dict[type, list] = {}    # class -> its plain properties, (name, getter)
         self.deadline = [float("inf")]
@@ -851,6 +882,7 @@ class _Server:
         self.failures: dict[int, BaseException] = {}   # token -> an exception the judge may ask about
         self._encode_json = json.JSONEncoder(separators=(",", ":"), check_circular=False, default=repr).encode
         self.module: Any = None
+        self.globals_seen: tuple[list, int, list[int]] = ([], -1, [])   # see global_handles
 
     # -- wire --
 
@@ -886,7 +918,7 @@ class _Server:
         h = len(self.objects) + 1
         self.objects[h], self.ids[id(obj)], self.kinds[h], self.snaps[h] = obj, h, kind, None
         self.kids[h] = []
-        self.fresh.append(obj)
+        self.fresh.append(h)
         return h
 
     def encode(self, value: Any) -> Any:
@@ -895,15 +927,13 @@ class _Server:
             return value
         if kind is float:
             return value if value == value and value not in (float("inf"), float("-inf")) else ["F", repr(value)]
-        h = self.ids.get(id(value))
-        if h is not None:
-            return ["r", h]
-        if kind is tuple:
-            return ["t", [self.encode(v) for v in value]]
-        if kind is frozenset:
-            return ["f", [self.encode(v) for v in value]]
+        if kind is tuple or kind is frozenset:   # in place (never a handle); numbers and strings as they are
+            return ["t" if kind is tuple else "f", [v if type(v) in _SCALARS else self.encode(v) for v in value]]
         if kind is bytes:
             return ["y", base64.b64encode(value).decode("ascii")]
+        h = self.ids.get(id(value))   # (after the tuples: each id() runs the judge's audit hook)
+        if h is not None:
+            return ["r", h]
         if kind is list:
             return ["r", self.handle_of(value, "l")]
         if kind is collections.OrderedDict:
@@ -939,46 +969,63 @@ class _Server:
             self.getters[cls] = found
         return found
 
-    def snapshot(self, obj: Any, kind: str) -> Any:
-        if kind == "i":
+    def contents(self, obj: Any, kind: str, old: Any) -> Any:
+        """What a mirrored object holds now (the objects themselves, not copies), or None when
+        that is still ``old``, the contents last sent: the same keys and the same objects in the
+        same order. Comparing by identity copies nothing and runs none of the learner's code (no
+        ``__eq__``); only a changed object's contents are copied."""
+        if kind == "i":   # an instance of a learner's class: its attributes, then its properties
             state = getattr(obj, "__dict__", None)
-            names, values = (list(state), list(state.values())) if isinstance(state, dict) else ([], [])
-            props = self.properties(type(obj))
-            if props:
-                for name, getter in props:
-                    try:
-                        value = getter(obj)
-                    except Exception:
-                        continue
-                    names.append(_PROPERTY)
-                    names.append(name)
-                    values.append(value)
-                    values.append(None)
-            return (names, values)
+            if type(state) is not dict:
+                state = {}
+            getters = self.getters.get(type(obj))
+            if getters is None:
+                getters = self.properties(type(obj))
+            props = self.property_values(obj, getters, old[2] if old is not None else ()) if getters else []
+            if old is not None and len(state) == len(old[0]) and all(map(_is, state, old[0])) and (
+                    all(map(_is, state.values(), old[1])) or _same_values(state.values(), old[1])) and (
+                    not getters or (len(props) == len(old[2]) and _same_values(props, old[2]))):
+                return None
+            return (list(state), list(state.values()), props)
         if kind in ("d", "o"):
+            if old is not None and len(obj) == len(old[0]) and all(map(_is, obj, old[0])) and all(
+                    map(_is, obj.values(), old[1])):
+                return None
             return (list(obj), list(obj.values()))
+        if old is not None and len(obj) == len(old) and all(map(_is, obj, old)):   # "l", "s", "q"
+            return None
         return list(obj)
 
-    def content(self, h: int, obj: Any, kind: str, snap: Any) -> list:
-        """The delta entry of one object; remembers which non-plain objects it holds."""
-        kids: list = []
-        encode = self.encode
+    def property_values(self, obj: Any, getters: list, old: Any) -> list:
+        """The values of the object's plain properties now (``_RAISED`` where the getter raised:
+        the judge asks for that one when the test reads it). A property that builds a new
+        container on every read (``return list(self._free)``) would make its object look
+        changed after every request, and cost a new mirror each time; while the new container
+        holds the same items as the one sent last, the one sent last stands for it."""
+        values = []
+        for i, (_name, getter) in enumerate(getters):
+            try:
+                value = getter(obj)
+            except Exception:
+                value = _RAISED
+            if i < len(old) and _same_container(value, old[i]) and id(value) not in self.ids:
+                value = old[i]
+            values.append(value)
+        return values
 
-        def items(values: list) -> list:
-            out = []
-            for v in values:
-                if type(v) in _SCALARS:
-                    out.append(v)
-                else:
-                    kids.append(v)
-                    out.append(encode(v))
-            return out
+    def content(self, h: int, obj: Any, kind: str, snap: Any) -> list:
+        """The delta entry of one object; remembers the handles it refers to (its kids)."""
+        kids: list[int] = []
+
+        def items(values: Iterable) -> list:
+            return self.encode_items(values, kids)
 
         if kind == "i":
-            names, values = snap
-            split = names.index(_PROPERTY) if _PROPERTY in names else len(names)
-            props = names[split + 1::2], values[split:][::2]
-            entry = [h, "i", self.ids[id(type(obj))], names[:split], items(values[:split]), props[0], items(props[1])]
+            names, values, props = snap
+            shown = [(name, value) for (name, _), value in zip(self.properties(type(obj)), props)
+                     if value is not _RAISED]
+            entry = [h, "i", self.ids[id(type(obj))], names, items(values), [name for name, _ in shown],
+                     items(value for _, value in shown)]
         elif kind in ("d", "o"):
             entry = [h, kind, items(snap[0]), items(snap[1])]
         elif kind == "q":
@@ -991,6 +1038,65 @@ class _Server:
             entry = [h, "h", f"{type(obj).__module__}.{type(obj).__qualname__}"]
         self.kids[h] = kids
         return entry
+
+    def edit(self, h: int, kind: str, old: Any, new: Any) -> list | None:
+        """A short entry for a list or dict of plain data that changed in a few places (a block
+        appended, a hash removed): by position in the contents last sent, what to replace (a
+        list), or which keys went, which values changed and which keys came (a dict: a dict's
+        surviving keys keep their order, new ones come last). None where a full entry is due:
+        another kind, a container holding mirrored objects (a full entry records their
+        handles), or an edit as long as the contents."""
+        if self.kids[h] or kind not in ("l", "d", "o"):
+            return None
+        if kind == "l":
+            head = _common_head(old, new)
+            tail = _common_head(reversed(old[head:]), reversed(new[head:]))
+            if head + tail < len(new) // 2:
+                return None
+            items = self.plain_items(new[head:len(new) - tail])
+            return None if items is None else [h, "L", head, len(old) - tail, items]
+        (old_keys, old_values), (keys, values) = old, new
+        gone: list[int] = []       # positions of the keys that went
+        changed: list[int] = []    # positions of the values replaced
+        replaced: list = []        # their new values
+        i = j = 0
+        for j, key in enumerate(keys):   # the surviving keys, in their old order
+            while i < len(old_keys) and old_keys[i] is not key:
+                gone.append(i)
+                i += 1
+            if i == len(old_keys):
+                break
+            if old_values[i] is not values[j]:
+                changed.append(i)
+                replaced.append(values[j])
+            i += 1
+        else:
+            j = len(keys)
+        gone += range(i, len(old_keys))
+        if len(gone) + len(changed) + len(keys) - j > len(keys) // 2:
+            return None
+        encoded = [self.plain_items(part) for part in (replaced, keys[j:], values[j:])]
+        if any(part is None for part in encoded):
+            return None
+        return [h, "D", gone, changed, *encoded]
+
+    def plain_items(self, values: list) -> list | None:
+        """The items encoded, or None if one is (or holds) a mirrored object."""
+        kids: list[int] = []
+        out = self.encode_items(values, kids)
+        return None if kids else out
+
+    def encode_items(self, values: Iterable, kids: list[int]) -> list:
+        """Items encoded (numbers and strings as they are); the handles they refer to go to ``kids``."""
+        out = []
+        for v in values:
+            if type(v) in _SCALARS:
+                out.append(v)
+            else:
+                data = self.encode(v)
+                _handles_in(data, kids)
+                out.append(data)
+        return out
 
     def describe_class(self, cls: type) -> list:
         methods, props, specials = set(), set(), set()
@@ -1014,53 +1120,67 @@ class _Server:
         return [cls.__name__, sorted(methods), sorted(props), sorted(specials)]
 
     def delta(self, roots: list) -> list:
-        """What changed among the mirrored objects reachable from ``roots`` (and from the objects
-        given a handle meanwhile): each changed object's new contents, new objects included."""
+        """What changed among the mirrored objects reachable from ``roots``, from the module's
+        globals and from the objects given a handle meanwhile: each changed object's new
+        contents, new objects included. The walk goes from handle to handle (the contents last
+        sent record the handles they refer to), so an unchanged object costs one comparison."""
         out: list = []
-        ids, kinds, snaps, kids_of, objects = self.ids, self.kinds, self.snaps, self.kids, self.objects
-        stack = list(roots)
+        objects, kinds, snaps, kids = self.objects, self.kinds, self.snaps, self.kids
+        stack = self.handles_among(roots)
+        stack += self.global_handles()
         stack += self.fresh
         self.fresh = []
-        module = self.module
-        if module is not None:
-            stack += [v for v in vars(module).values() if id(v) in ids]
         seen: set[int] = set()
-        snapshot, content = self.snapshot, self.content
         while stack:
-            obj = stack.pop()
-            h = ids.get(id(obj))
-            if h is None:
-                if type(obj) in (tuple, frozenset):
-                    stack += [v for v in obj if type(v) not in _SCALARS]
-                continue
-            if h in seen or objects[h] is not obj:
+            h = stack.pop()
+            if h in seen:
                 continue
             seen.add(h)
-            kind = kinds[h]
-            if kind == "h":
-                if snaps[h] is None:
+            kind, old = kinds[h], snaps[h]
+            if kind in ("h", "K"):   # an opaque object or a class: described once, never changes
+                if old is None:
                     snaps[h] = ()
-                    out.append(content(h, obj, kind, None))
+                    out.append(self.content(h, objects[h], kind, None))
                 continue
-            if kind == "K":
-                if snaps[h] is None:
-                    snaps[h] = ()
-                    out.append(content(h, obj, kind, None))
+            new = self.contents(objects[h], kind, old)
+            stack += kids[h]         # unchanged, its kids may have changed; changed, so may those it let go
+            if new is None:
                 continue
-            snap = snapshot(obj, kind)
-            old = snaps[h]
-            if old is not None and _same(snap, old, kind):
-                stack += kids_of[h]
-                continue
-            old_kids = kids_of[h]
-            out.append(content(h, obj, kind, snap))
-            snaps[h] = snap
-            stack += old_kids          # objects taken out of this one may have changed too
-            stack += kids_of[h]
-            if self.fresh:
-                stack += self.fresh
-                self.fresh = []
+            out.append((old is not None and self.edit(h, kind, old, new)) or self.content(h, objects[h], kind, new))
+            snaps[h] = new
+            stack += kids[h]
+            stack += self.fresh
+            self.fresh = []
         return out
+
+    def handles_among(self, values: Iterable) -> list[int]:
+        """The handles of the mirrored objects among ``values`` (and inside tuples among them)."""
+        found: list[int] = []
+        todo = list(values)
+        while todo:
+            value = todo.pop()
+            if type(value) in _SCALARS or type(value) is float:
+                continue
+            h = self.ids.get(id(value))
+            if h is not None:
+                found.append(h)
+            elif type(value) in (tuple, frozenset):
+                todo += value
+        return found
+
+    def global_handles(self) -> list[int]:
+        """The mirrored objects among the module's globals (a module-level cache): the test may
+        hold their mirrors while a call changes them. Looked up again only when a global was
+        rebound or a handle given since the last time."""
+        if self.module is None:
+            return []
+        values = list(vars(self.module).values())
+        known, count, handles = self.globals_seen
+        if count == len(self.objects) and len(values) == len(known) and all(map(_is, values, known)):
+            return list(handles)
+        handles = [h for h in map(self.ids.get, map(id, values)) if h is not None]
+        self.globals_seen = (values, len(self.objects), handles)
+        return list(handles)
 
     def decode(self, data: Any) -> Any:
         if type(data) is not list:
@@ -1174,8 +1294,7 @@ class _Server:
                 kwargs = {k: self.decode(v) for k, v in message[4].items()}
                 roots += args
                 roots += kwargs.values()
-                before = [(i, a, _shallow(a)) for i, a in enumerate(args)
-                          if id(a) not in self.ids and _shallow(a) is not None]
+                before = self.watch_arguments(args)
                 if op == "call":
                     func = target if message[2] is None else getattr(target, message[2])
                     result = func(*args, **kwargs)
@@ -1206,6 +1325,17 @@ class _Server:
         finally:
             self.roots.pop()
 
+    def watch_arguments(self, args: list) -> list:
+        """The arguments that came by value (a list, a dict, a tensor of the test's), each with
+        a shallow copy: when the learner's code changes one, the judge changes the test's own."""
+        watched = []
+        for i, arg in enumerate(args):
+            if type(arg) not in _SCALARS:
+                snap = _shallow(arg)
+                if snap is not None and id(arg) not in self.ids:
+                    watched.append((i, arg, snap))
+        return watched
+
     def encode_value_copy(self, value: Any) -> Any:
         """An argument the learner's code changed, by value (the judge writes it back)."""
         if _is_tensor(value):
@@ -1219,7 +1349,41 @@ class _Server:
         return self.encode(value)
 
 
-_PROPERTY = object()   # in a snapshot: the names and values after it are properties
+_RAISED = object()   # among a snapshot's property values: the getter raised
+_CONTAINER_TYPES = frozenset({list, dict, collections.OrderedDict, set, collections.deque})
+
+
+def _same_values(a: Iterable, b: Iterable) -> bool:
+    """The same objects, or equal numbers and strings (a property's ``len(...)`` is a new int
+    on every read; an attribute set to an equal float has not changed)."""
+    return all(map(_is, a, b)) or all(x is y or (type(x) is type(y) and type(x) in _PLAIN_VALUES and x == y)
+                                      for x, y in zip(a, b))
+
+
+def _same_container(a: Any, b: Any) -> bool:
+    """Two distinct containers of the same type holding the same objects in the same order."""
+    kind = type(a)
+    if a is b or kind is not type(b) or kind not in _CONTAINER_TYPES or len(a) != len(b):
+        return False
+    if kind is collections.deque and a.maxlen != b.maxlen:
+        return False
+    return all(map(_is, a, b)) and (kind not in (dict, collections.OrderedDict) or all(map(_is, a.values(), b.values())))
+
+
+def _common_head(a: Iterable, b: Iterable) -> int:
+    """How many leading items two sequences share (the same objects)."""
+    return sum(1 for _ in itertools.takewhile(bool, map(_is, a, b)))
+
+
+def _handles_in(data: Any, into: list) -> None:
+    """The handles an encoded value refers to (a tuple's items are encoded in place)."""
+    if type(data) is list:
+        if data[0] == "r":
+            into.append(data[1])
+        elif data[0] in ("t", "f"):
+            for item in data[1]:
+                if type(item) is list:
+                    _handles_in(item, into)
 
 
 class _TestObject:
@@ -1260,15 +1424,7 @@ def _same_shallow(a: Any, b: Any) -> bool:
         return bool(a.shape == b.shape and a.dtype == b.dtype and (a == b).all().item()) or bool(
             a.shape == b.shape and a.isnan().all().item())
     if type(a) is tuple:
-        return _same(a, b, "d")
-    return _same(a, b, "l")
-
-
-def _same(a: Any, b: Any, kind: str) -> bool:
-    if kind in ("i", "d", "o"):
-        return (len(a[0]) == len(b[0]) and all(map(_is, a[0], b[0])) and all(map(_is, a[1], b[1]))) or (
-            kind == "i" and len(a[0]) == len(b[0]) and all(map(_is, a[0], b[0]))
-            and all(x is y or (type(x) is type(y) and type(x) in _PLAIN_VALUES and x == y) for x, y in zip(a[1], b[1])))
+        return len(a[0]) == len(b[0]) and all(map(_is, a[0], b[0])) and all(map(_is, a[1], b[1]))
     return len(a) == len(b) and all(map(_is, a, b))
 
 
@@ -1471,12 +1627,12 @@ def child_main(spec: dict, runner: types.ModuleType, in_fd: int, out_fd: int, pe
 
     def recv() -> Any:
         while len(buffer) < 4 or len(buffer) < 4 + unpack(buffer)[0]:
-            chunk = read(in_fd, 1 << 20)
+            chunk = read(in_fd, 1 << 16)   # 64 KiB: a read of 1 MiB costs ~20 us of the kernel's time each
             if not chunk:
                 return None
             buffer.extend(chunk)
         size = unpack(buffer)[0]
-        message = loads(bytes(buffer[4:4 + size]))
+        message = loads(buffer[4:4 + size].decode("utf-8"))
         del buffer[:4 + size]
         return message
 

@@ -859,6 +859,97 @@ def test_what_crosses_the_pipe_is_plain_data():
             link._serve_callback(0, [], name)
     with pytest.raises(judge.proxy.JudgeStop):   # allowed: called, then the reply has no pipe to go to
         link._serve_callback(0, [], "random")
+    # an edit of a container at positions it does not have, or of another kind of container
+    link._apply([[2, "l", [1, 2]], [3, "d", ["a"], [1]]])
+    for bad_edit in ([2, "L", 1, 5, []], [2, "L", 2, 1, []], [2, "D", [0], [], [], [], []], [3, "D", [7], [], [], [], []],
+                     [3, "D", [], [0], [], [], []], [3, "L", 0, 1, []]):
+        with pytest.raises((judge.proxy.ProtocolError, LookupError, TypeError, ValueError)):
+            link._apply([bad_edit])
+    assert list(link.objects[2]) == [1, 2] and dict(link.objects[3]) == {"a": 1}
+
+
+_CHANGING_BOX = """\
+    import random
+    from collections import OrderedDict, deque
+
+
+    class Box:
+        def __init__(self, seed):
+            self.rng = random.Random(seed)
+            self.items, self.table, self.lru, self.q = [], {}, OrderedDict(), deque(maxlen=5)
+
+        def step(self):
+            r, k = self.rng.random(), self.rng.randint(0, 12)
+            key = (k, (k % 3, "x"), None)
+            if r < 0.15:
+                self.items.append(k)
+            elif r < 0.25 and self.items:
+                del self.items[self.rng.randrange(len(self.items))]
+            elif r < 0.3 and self.items:
+                self.items.insert(self.rng.randrange(len(self.items)), (k, k))
+            elif r < 0.35:
+                self.items.reverse()
+            elif r < 0.5:
+                self.table[key] = k
+            elif r < 0.6:
+                self.table.pop(key, None)
+            elif r < 0.7:
+                self.lru[k] = self.rng.random()
+            elif r < 0.75 and self.lru:
+                self.lru.move_to_end(next(iter(self.lru)))
+            elif r < 0.8 and self.lru:
+                self.lru.move_to_end(next(reversed(self.lru)), last=False)
+            elif r < 0.85 and self.lru:
+                self.lru.popitem(last=self.rng.random() < 0.5)
+            elif r < 0.95:
+                self.q.append(k)
+            else:
+                self.table[k] = [k]          # a value that is a container: a full entry again
+            return r
+    """
+
+
+def test_mirrors_stay_exact_when_changes_travel_as_edits(tmp_path):
+    """A list or dict of plain data that changed in a few places travels as an edit of what was
+    sent last (proxy.py, ``_Server.edit``): after every call the judge's mirrors hold what the
+    child's objects hold -- appends, deletions, inserts, moves to either end, a value that
+    becomes a container -- checked against the same class run here."""
+    path = write(tmp_path / "box.py", _CHANGING_BOX)
+    spec_ = importlib.util.spec_from_file_location("box_reference", path)
+    reference = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(reference)
+    (tmp_path / "home").mkdir()
+    spec = {"solution": str(path), "starter": None, "preload": [], "timeout": 30.0, "memory_mb": None,
+            "cpu_total": 120, "home": str(tmp_path / "home")}
+    link, error = judge.proxy.start(spec, runner_module=judge.runner.__name__, wall_limit=60.0)
+    edits = {"_edit_list": 0, "_edit_dict": 0}
+
+    def counted(name):
+        apply = getattr(link, name)
+
+        def count(obj, entry):
+            edits[name] += 1
+            return apply(obj, entry)
+        return count
+
+    try:
+        assert error is None
+        for name in edits:
+            setattr(link, name, counted(name))
+        remote = judge.proxy.RemoteModule(link, judge.runner.SOLUTION_MODULE)
+        link.begin_test(30.0, None)
+        for seed in range(4):
+            box, model = remote.Box(seed), reference.Box(seed)
+            for _ in range(150):
+                assert box.step() == model.step()
+                assert list(box.items) == model.items and list(box.table.items()) == list(model.table.items())
+                assert list(box.lru.items()) == list(model.lru.items()) and list(box.q) == list(model.q)
+            box.items.append("from the test")   # a change made through a mirror: applied in the child first
+            model.items.append("from the test")
+            assert list(box.items) == model.items
+    finally:
+        judge.proxy.close(link)
+    assert edits["_edit_list"] > 50 and edits["_edit_dict"] > 50
 
 
 # ---------------------------------------------------------------------------------------------
