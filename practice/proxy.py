@@ -59,6 +59,7 @@ from typing import Any, Callable, Iterable
 MAX_MESSAGE = 256 * 2**20          # bytes in one message from the child (a bigger one is refused)
 PRINT_LIMIT = 2000                 # characters of the learner's printing kept per test
 _HEADER = struct.Struct(">I")
+_TUPLE_FIELD = type(collections.namedtuple("_Pair", "a b").a)   # what a named tuple's field is (its getter)
 _is = operator.is_
 _SCALARS = frozenset({type(None), bool, int, str})
 _PLAIN_VALUES = frozenset({int, str, float, bytes})
@@ -966,6 +967,8 @@ class _Server:
                 member = getattr(cls, name, None)
                 if isinstance(member, property) and isinstance(member.fget, types.FunctionType):
                     found.append((name, member.fget))
+                elif type(member) is _TUPLE_FIELD:   # a named tuple's field (exercise 62's LoadPlan)
+                    found.append((name, member.__get__))
             self.getters[cls] = found
         return found
 
