@@ -434,7 +434,7 @@ def judge_file(ex: Exercise, path: str | os.PathLike, *, examples_only: bool = F
     tests not yet run are skipped with a note -- an endless loop costs one time limit, not one
     per test. The report records what was judged: hashes of the file, test.py, the runner and
     the proxy, and whether the last three are the shipped ones (``sealed``). ``first_failure``
-    (isolated runner only; ``check`` judging a wrong file): stop at the first test that fails.
+    (``check`` judging a wrong file): stop at the first test that fails.
     """
     if not timeout > 0:
         raise UsageError(f"--timeout must be a positive number of seconds, got {timeout:g}")
@@ -463,7 +463,7 @@ def judge_file(ex: Exercise, path: str | os.PathLike, *, examples_only: bool = F
     else:
         results, load_error, not_run_reason, stderr_text, unsigned = _judge_in_child(
             ex, path, tests_source, runner_bytes, names, examples_only=examples_only, timeout=timeout,
-            memory_mb=memory_mb, check_interface=check_interface)
+            memory_mb=memory_mb, check_interface=check_interface, first_failure=first_failure)
     if load_error is not None:
         report = {**base, **runner.not_run_report(names, load_error)}
     else:
@@ -480,7 +480,7 @@ def judge_file(ex: Exercise, path: str | os.PathLike, *, examples_only: bool = F
 
 def _judge_in_child(ex: Exercise, path: Path, tests_source: str, runner_bytes: bytes, names: list[str], *,
                     examples_only: bool, timeout: float, memory_mb: int | None,
-                    check_interface: bool) -> tuple[dict[str, dict], dict | None, str, str, int]:
+                    check_interface: bool, first_failure: bool = False) -> tuple[dict[str, dict], dict | None, str, str, int]:
     """The in-child runner: the tests and the file in one child process, signed results streamed
     back; a child that ends mid-run is started again for the tests not yet run."""
     results: dict[str, dict] = {}
@@ -541,6 +541,9 @@ def _judge_in_child(ex: Exercise, path: Path, tests_source: str, runner_bytes: b
                 elif kind == "result" and current is not None and event.get("name") == current:
                     results[current] = event
                     remaining.remove(current)
+                    if first_failure and event.get("verdict") != runner.ACCEPTED:
+                        not_run_reason = f"skipped after the first failure, in {current}"
+                        ending = {"event": "done"}
                     current = None
                 elif kind == "timeout" and event.get("test") == current:
                     ending = {"event": kind, **event}
@@ -827,7 +830,8 @@ def check_exercise(ex: Exercise, timeout: float = DEFAULT_TIMEOUT, mutate: bool 
             except (ValueError, KeyError) as exc:
                 problems.append(f"mistakes.py: {exc}")
         with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-            reports = list(pool.map(lambda item: judge_file(ex, item[1], timeout=timeout), files))
+            reports = list(pool.map(lambda item: judge_file(ex, item[1], timeout=timeout,
+                                                            first_failure=item[0] != "reference"), files))
             isolated = list(pool.map(lambda item: judge_file(ex, item[1], timeout=timeout, isolated=True,
                                                              first_failure=item[0] != "reference"), files))
     rows = []
