@@ -5,6 +5,7 @@
     python practice/judge.py start 21             copy the starter into practice/workspace/, show the problem
     python practice/judge.py test 21 --run        run the examples (test_example*) on your file
     python practice/judge.py test 21              run every test; accepted only when all pass
+    python practice/judge.py test 21 --isolated   the same, the tests here and your code behind a proxy (slower)
     python practice/judge.py solution 21          run the tests on the reference solution (--show prints it)
     python practice/judge.py mistakes 21          the classic mistakes of exercise 21, each as a diff
     python practice/judge.py check                every exercise sound: reference accepted, starter and mistakes
@@ -19,8 +20,10 @@ a machine-readable report (the notebooks' "Check my solution" button reads it); 
 (or the NANO_ENGINE_WORKSPACE environment variable) moves the workspace.
 
 Your code runs in a separate Python process with a time limit and a memory limit, so an endless
-loop or a crash is reported as a verdict ("timeout", "runtime error") instead of hanging the judge;
-the verdict is decided here, from the child's signed results (see practice/README.md).
+loop or a crash is reported as a verdict ("timeout", "runtime error") instead of hanging the judge.
+Two runners: `test` runs the tests with your code in that process and decides the verdict here,
+from its signed results (fast); `verify` and `test --isolated` run the tests here and your code
+behind proxy.py, plain data between, so your code cannot reach the tests (see practice/README.md).
 Standard library only: the tests themselves run in runner.py, which a browser could run too.
 Exit status: 0 when accepted (or the command succeeded), 1 otherwise, 2 for a usage error.
 """
@@ -69,6 +72,7 @@ def _load_sibling(name: str, file: str):
 
 
 runner = _load_sibling("practice_runner", "runner.py")       # the test-running core
+proxy = _load_sibling("practice_proxy", "proxy.py")           # the isolated runner: the reader's code behind a proxy
 mutation = _load_sibling("practice_mutation", "mutation.py")   # mutation testing of the exercises
 
 DEFAULT_TIMEOUT = 10.0       # seconds per test
@@ -77,8 +81,10 @@ IMPORT_LIMIT = 180.0         # the libraries test.py imports (torch: seconds on 
 WALL_FACTOR, WALL_GRACE = 10, 20.0   # the child's CPU-time watchdog decides timeouts; this wall-clock limit
                                     # (10x the CPU limit + 20 s) only catches code that sleeps or blocks,
                                     # and holds at load average 10 on two cores
+ISOLATED_TIME_FACTOR = 3     # the isolated runner's round trips are CPU time too (encoding, the mirrors' walk):
+                             # its tests get 3x --timeout, so an honest file passes `verify` wherever it passes `test`
 STATUS_FILE = ".judge_status.json"
-SEAL_FILE = "SHA256SUMS"     # shipped hashes of runner.py and every test.py (`judge.py seal` writes it)
+SEAL_FILE = "SHA256SUMS"     # shipped hashes of runner.py, proxy.py and every test.py (`judge.py seal` writes it)
 NOT_RUN = "not run"
 EXPLANATION = re.compile(r"<details>\s*<summary>\s*Explanation.*?</details>\s*", re.S | re.I)
 
@@ -276,8 +282,10 @@ def verify_records(workspace: Path, only: Exercise | None = None, timeout: float
 
     A record holds when the file is still the one recorded, this practice/ is sealed as shipped
     (and, in a git checkout, as committed), the record names this test.py, runner and file, and
-    the file is accepted again now. Run from a fresh copy of practice/ (what a course grader
-    does), this catches an edited file, a forged entry, and test.py rewritten with its seal."""
+    the file is accepted again now by the isolated runner (the tests in this process, the file
+    behind proxy.py). Run from a fresh copy of practice/ (what a course grader does), this
+    catches an edited file, a forged entry, test.py rewritten with its seal, and a file that
+    reached into the tests while ``test`` ran it in one process with them."""
     status = load_status(workspace)
     tampered = _practice_changes()
     rows = []
@@ -297,9 +305,11 @@ def verify_records(workspace: Path, only: Exercise | None = None, timeout: float
             problems.append("recorded against another test.py than the shipped one")
         if record.get("runner_sha256") != _sha((PRACTICE / "runner.py").read_bytes()):
             problems.append("recorded against another runner.py than the shipped one")
+        if record.get("proxy_sha256", "") not in ("", _sha((PRACTICE / "proxy.py").read_bytes())):
+            problems.append("recorded against another proxy.py than the shipped one")
         verdict = None
-        if path.exists():
-            report = judge_file(ex, path, timeout=timeout)
+        if path.exists():   # the isolated runner: whatever the file did in `test`, here it reaches no test
+            report = judge_file(ex, path, timeout=timeout, isolated=True)
             verdict = report["verdict"]
             if verdict != runner.ACCEPTED or not report["judged"]["sealed"]:
                 problems.append(f"judged again now: {verdict} ({report['summary']})")
@@ -376,8 +386,8 @@ def load_seal(root: Path = PRACTICE) -> dict[str, str]:
 
 
 def sealed_files(root: Path = PRACTICE) -> list[Path]:
-    """What the seal covers: the runner, and every exercise's test.py."""
-    return [root / "runner.py"] + [ex.tests for ex in find_exercises(root) if ex.tests.exists()]
+    """What the seal covers: the runner, the proxy, and every exercise's test.py."""
+    return [root / "runner.py", root / "proxy.py"] + [ex.tests for ex in find_exercises(root) if ex.tests.exists()]
 
 
 def write_seal(root: Path = PRACTICE) -> Path:
@@ -405,15 +415,26 @@ def _read_event(line: str, secret: str) -> dict | None:
 
 def judge_file(ex: Exercise, path: str | os.PathLike, *, examples_only: bool = False,
                timeout: float = DEFAULT_TIMEOUT, memory_mb: int | None = DEFAULT_MEMORY_MB,
-               check_interface: bool = True) -> dict:
-    """Run exercise ``ex``'s tests on the file at ``path`` in a child process; return the report.
+               check_interface: bool = True, isolated: bool = False, first_failure: bool = False) -> dict:
+    """Run exercise ``ex``'s tests on the file at ``path``; return the report.
 
-    The verdict is decided here, from the child's signed events and the list of tests this
-    process read from test.py itself: a test without a result is not a pass. Each test gets
-    ``timeout`` seconds; after the first timeout (or a crash) the tests not yet run are skipped
-    with a note -- an endless loop costs one time limit, not one per test. The report records
-    what was judged: hashes of the file, test.py and the runner, and whether those two are the
-    shipped ones (``sealed``).
+    Two runners, one report (``judged["runner"]`` says which):
+
+    - ``in-child`` (the default, what ``test`` uses): the file and the tests run together in a
+      child process that streams signed results; the verdict is decided here, from those results
+      and the list of tests this process read from test.py itself (a test without a result is
+      not a pass). Fast: a call into the file is a call.
+    - ``isolated`` (what ``verify`` uses, and ``test --isolated``): the tests run here, in the
+      judge's process; the file is imported in a child process that answers the tests' calls
+      through proxy.py (plain data only), so nothing the file does can reach the tests, their
+      expected values or the verdict. Slower: every call into the file is a round trip.
+
+    Each test gets ``timeout`` seconds of CPU time (the isolated runner ``ISOLATED_TIME_FACTOR``
+    times that, its round trips included); after the first timeout (or a crash) the
+    tests not yet run are skipped with a note -- an endless loop costs one time limit, not one
+    per test. The report records what was judged: hashes of the file, test.py, the runner and
+    the proxy, and whether the last three are the shipped ones (``sealed``). ``first_failure``
+    (``check`` judging a wrong file): stop at the first test that fails.
     """
     if not timeout > 0:
         raise UsageError(f"--timeout must be a positive number of seconds, got {timeout:g}")
@@ -421,16 +442,47 @@ def judge_file(ex: Exercise, path: str | os.PathLike, *, examples_only: bool = F
     if not path.is_file():
         raise UsageError(f"no such file: {path} (run `python practice/judge.py start {ex.number}` "
                          "first, or pass --file)")
-    tests_bytes, runner_bytes = ex.tests.read_bytes(), (PRACTICE / "runner.py").read_bytes()
+    tests_bytes = ex.tests.read_bytes()
+    runner_bytes, proxy_bytes = (PRACTICE / "runner.py").read_bytes(), (PRACTICE / "proxy.py").read_bytes()
     tests_source = tests_bytes.decode("utf-8")
     seal = load_seal()
     judged: dict[str, str | bool] = {"file_sha256": _sha(path.read_bytes()), "tests_sha256": _sha(tests_bytes),
-                                     "runner_sha256": _sha(runner_bytes)}
+                                     "runner_sha256": _sha(runner_bytes), "proxy_sha256": _sha(proxy_bytes),
+                                     "runner": "isolated" if isolated else "in-child"}
     judged["sealed"] = (seal.get(_seal_key(ex.tests)) == judged["tests_sha256"]
-                        and seal.get("runner.py") == judged["runner_sha256"])
+                        and seal.get("runner.py") == judged["runner_sha256"]
+                        and seal.get("proxy.py") == judged["proxy_sha256"])
     base = {"exercise": ex.number, "title": ex.title, "file": str(path),
             "mode": "examples" if examples_only else "all", "timeout": timeout, "judged": judged}
     names = runner.list_test_names(ex.tests, examples_only=examples_only)
+    if isolated:
+        results, load_error, not_run_reason, stderr_text = _judge_isolated(
+            ex, path, tests_source, names, timeout=timeout * ISOLATED_TIME_FACTOR, memory_mb=memory_mb,
+            check_interface=check_interface, first_failure=first_failure)
+        unsigned = 0
+    else:
+        results, load_error, not_run_reason, stderr_text, unsigned = _judge_in_child(
+            ex, path, tests_source, runner_bytes, names, examples_only=examples_only, timeout=timeout,
+            memory_mb=memory_mb, check_interface=check_interface, first_failure=first_failure)
+    if load_error is not None:
+        report = {**base, **runner.not_run_report(names, load_error)}
+    else:
+        tests = [results.get(n) or {"name": n, "verdict": NOT_RUN, "failure": None, "seconds": 0.0,
+                                    "message": f"not run: {not_run_reason}"}
+                 for n in names]
+        report = {**base, **runner.summarize(tests), "tests": tests}
+    if unsigned:
+        report["unsigned_lines"] = unsigned
+    if stderr_text.strip():
+        report["stderr"] = stderr_text.strip()[-1500:]
+    return report
+
+
+def _judge_in_child(ex: Exercise, path: Path, tests_source: str, runner_bytes: bytes, names: list[str], *,
+                    examples_only: bool, timeout: float, memory_mb: int | None,
+                    check_interface: bool, first_failure: bool = False) -> tuple[dict[str, dict], dict | None, str, str, int]:
+    """The in-child runner: the tests and the file in one child process, signed results streamed
+    back; a child that ends mid-run is started again for the tests not yet run."""
     results: dict[str, dict] = {}
     remaining = list(names)
     load_error, not_run_reason, unsigned = None, "not found in test.py", 0
@@ -489,6 +541,9 @@ def judge_file(ex: Exercise, path: str | os.PathLike, *, examples_only: bool = F
                 elif kind == "result" and current is not None and event.get("name") == current:
                     results[current] = event
                     remaining.remove(current)
+                    if first_failure and event.get("verdict") != runner.ACCEPTED:
+                        not_run_reason = f"skipped after the first failure, in {current}"
+                        ending = {"event": "done"}
                     current = None
                 elif kind == "timeout" and event.get("test") == current:
                     ending = {"event": kind, **event}
@@ -528,18 +583,98 @@ def judge_file(ex: Exercise, path: str | os.PathLike, *, examples_only: bool = F
             not_run_reason = f"skipped after the Python process ended in {current}"
         break
     shutil.rmtree(home, ignore_errors=True)
-    if load_error is not None:
-        report = {**base, **runner.not_run_report(names, load_error)}
-    else:
-        tests = [results.get(n) or {"name": n, "verdict": NOT_RUN, "failure": None, "seconds": 0.0,
-                                    "message": f"not run: {not_run_reason}"}
-                 for n in names]
-        report = {**base, **runner.summarize(tests), "tests": tests}
-    if unsigned:
-        report["unsigned_lines"] = unsigned
-    if stderr_text.strip():
-        report["stderr"] = stderr_text.strip()[-1500:]
-    return report
+    return results, load_error, not_run_reason, stderr_text, unsigned
+
+
+_LOAD_LOCK = threading.Lock()   # `import solution_under_test` while test.py loads: one file at a time
+
+
+def _judge_isolated(ex: Exercise, path: Path, tests_source: str, names: list[str], *, timeout: float,
+                    memory_mb: int | None, check_interface: bool,
+                    first_failure: bool = False) -> tuple[dict[str, dict], dict | None, str, str]:
+    """The isolated runner: the file in a child process behind proxy.py, the tests here."""
+    wall = timeout * WALL_FACTOR + WALL_GRACE
+    spec = {"solution": str(path), "starter": str(ex.starter) if check_interface else None,
+            "preload": runner._test_imports(tests_source), "timeout": timeout, "memory_mb": memory_mb,
+            "cpu_total": IMPORT_LIMIT + timeout * (len(names) + 2)}
+    results: dict[str, dict] = {}
+    load_error: dict | None = None
+    not_run_reason = "not found in test.py"
+    with tempfile.TemporaryDirectory(prefix="judge_home_") as home, \
+            tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as err:
+        spec["home"] = home   # the child's working directory: the only place it may write
+        link, load_error = proxy.start(spec, runner_module=runner.__name__, stderr=err, wall_limit=wall,
+                                       load_wall_limit=IMPORT_LIMIT + wall)
+        try:
+            if load_error is None:
+                results, load_error, not_run_reason = _run_tests_isolated(ex, link, path, tests_source, names, timeout,
+                                                                          first_failure)
+        finally:
+            proxy.close(link)
+            err.seek(0)
+            stderr_text = err.read(200_000)[-4000:]
+    return results, load_error, not_run_reason, stderr_text
+
+
+def _run_tests_isolated(ex: Exercise, link: Any, path: Path, tests_source: str, names: list[str],
+                        timeout: float, first_failure: bool = False) -> tuple[dict[str, dict], dict | None, str]:
+    """Load test.py here (its ``solution_under_test`` is the child's module) and run the tests."""
+    module = proxy.RemoteModule(link, runner.SOLUTION_MODULE)
+    output = runner._HELPERS["CapturedOutput"](runner.STDOUT_LIMIT)
+    try:
+        with _LOAD_LOCK:
+            proxy.watch_test(link, timeout)
+            try:
+                link.begin_test(timeout, output)
+                loaded = runner.load_tests(ex.tests, module, source=tests_source)
+            finally:
+                proxy.unwatch_test()
+    except BaseException as exc:  # noqa: B036 -- a module-level call into the file may time out or raise
+        stop = link.stopped
+        if isinstance(stop, proxy.JudgeStop):
+            return {}, {"verdict": stop.verdict, "message": "while test.py loaded: " + (stop.message or "timeout")}, ""
+        return {}, {"verdict": runner.RUNTIME, "message": "test.py did not load: " + runner._exception_text(exc)}, ""
+    wanted = set(names)
+    results: dict[str, dict] = {}
+    for name, func in loaded:
+        if name not in wanted:
+            continue
+        output = runner._HELPERS["CapturedOutput"](runner.STDOUT_LIMIT)
+        proxy.watch_test(link, timeout)
+        try:
+            link.begin_test(timeout, output)
+            result = runner.run_test(name, func, str(ex.tests), str(path), capture=False)
+        except proxy.JudgeStop:   # raised between the test's own lines (the watchdog's timeout)
+            result = {"name": name, "verdict": runner.TIMEOUT, "message": "", "failure": None, "seconds": timeout}
+        finally:
+            proxy.unwatch_test()
+            link.end_test()
+        printed = output.getvalue()
+        if printed:
+            result["stdout"] = printed
+        stop = link.stopped
+        if stop is not None:
+            failure = dict(result.get("failure") or {})
+            failure.pop("exception", None)
+            if stop.where and stop.where.get("yours"):
+                failure["yours"] = stop.where["yours"]
+            if stop.verdict == runner.TIMEOUT:
+                message = stop.message or f"did not finish within {timeout:g} s of CPU time (an endless loop?)"
+                if isinstance(stop, proxy.JudgeTimeout):
+                    message = f"the test did not finish within {timeout:g} s of CPU time (an endless loop?)"
+                result.update(verdict=runner.TIMEOUT, message=message, seconds=timeout)
+                reason = (f"skipped after the timeout in {name} (fix that one first; "
+                          "each further endless loop would cost another time limit)")
+            else:
+                result.update(verdict=runner.RUNTIME, message=stop.message)
+                reason = f"skipped after the Python process ended in {name}"
+            result["failure"] = failure or None
+            results[name] = result
+            return results, None, reason
+        results[name] = result
+        if first_failure and result["verdict"] != runner.ACCEPTED:
+            return results, None, f"skipped after the first failure, in {name}"
+    return results, None, "not found in test.py"
 
 
 # --------------------------------------------------------------------------------------------
@@ -603,7 +738,7 @@ def format_report(report: dict) -> str:
         lines += ["", f"  note: {report['unsigned_lines']} line(s) on the judge's channel were not written by the "
                       "runner and were ignored"]
     if judged and not judged.get("sealed"):
-        lines += ["", "  note: test.py or runner.py differs from the shipped version (practice/SHA256SUMS): "
+        lines += ["", "  note: test.py, runner.py or proxy.py differs from the shipped version (practice/SHA256SUMS): "
                       "this verdict is not recorded"]
     lines += ["", f"verdict: {_color(report['verdict'], VERDICT_COLOR.get(report['verdict'], '0'))}",
               report["summary"]]
@@ -661,8 +796,9 @@ def check_exercise(ex: Exercise, timeout: float = DEFAULT_TIMEOUT, mutate: bool 
     """Everything `check` verifies about one exercise; problems are listed in "problems".
 
     The reference is accepted; the starter, every whole-file wrong variant and every mistake of
-    mistakes.py are rejected; the worked examples agree; and (``mutate``) every mutant of the
-    reference is killed by some test or declared equivalent."""
+    mistakes.py are rejected, by both runners (the in-child one ``test`` uses and the isolated
+    one ``verify`` uses, so a test means the same under both); the worked examples agree; and
+    (``mutate``) every mutant of the reference is killed by some test or declared equivalent."""
     problems = []
     meta, body = parse_front_matter(ex.problem.read_text(encoding="utf-8"))
     for key in ("title", "chapter", "difficulty", "tags"):
@@ -694,19 +830,28 @@ def check_exercise(ex: Exercise, timeout: float = DEFAULT_TIMEOUT, mutate: bool 
             except (ValueError, KeyError) as exc:
                 problems.append(f"mistakes.py: {exc}")
         with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-            reports = list(pool.map(lambda item: judge_file(ex, item[1], timeout=timeout), files))
+            reports = list(pool.map(lambda item: judge_file(ex, item[1], timeout=timeout,
+                                                            first_failure=item[0] != "reference"), files))
+            isolated = list(pool.map(lambda item: judge_file(ex, item[1], timeout=timeout, isolated=True,
+                                                             first_failure=item[0] != "reference"), files))
     rows = []
-    for (label, _, explain), report in zip(files, reports, strict=True):
+    for (label, _, explain), report, alone in zip(files, reports, isolated, strict=True):
         expected_accepted = label == "reference"
         ok = (report["verdict"] == runner.ACCEPTED) == expected_accepted
+        ok_isolated = (alone["verdict"] == runner.ACCEPTED) == expected_accepted
         if label not in ("reference", "starter") and report["verdict"] == runner.COMPILE:
             ok = False   # a wrong variant must be wrong in behaviour, not broken Python
         caught_by = [t["name"] for t in report["tests"] if t["verdict"] not in (runner.ACCEPTED, NOT_RUN)]
-        rows.append({"file": label, "verdict": report["verdict"], "summary": report["summary"],
+        rows.append({"file": label, "verdict": report["verdict"], "isolated_verdict": alone["verdict"],
+                     "summary": report["summary"],
                      "ok": ok, "caught_by": [] if expected_accepted else caught_by, "mistake": explain})
+        want = "accepted" if expected_accepted else "rejected"
         if not ok:
-            want = "accepted" if expected_accepted else "rejected"
             problems.append(f"{label}: expected {want}, got {report['verdict']} ({report['summary']})")
+        if not ok_isolated:
+            problems.append(f"{label}: expected {want} by the isolated runner too, got {alone['verdict']} "
+                            f"({alone['summary']})")
+        rows[-1]["ok"] = ok and ok_isolated
     if len(ex.wrong_variants) + len(ex.mistakes) < 3:
         problems.append(f"only {len(ex.wrong_variants) + len(ex.mistakes)} known mistakes (want at least 3)")
     seal = load_seal(ex.folder.parent)
@@ -857,6 +1002,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT,
                        help="seconds per test (default 10)")
         p.add_argument("--memory", type=int, default=DEFAULT_MEMORY_MB, help="memory limit in MiB (default 2048)")
+        p.add_argument("--isolated", action="store_true",
+                       help="the tests in the judge's process, your code behind a proxy (what verify uses; slower)")
         if name == "test":
             p.add_argument("--file", help="judge this file instead of the workspace file")
         else:
@@ -874,6 +1021,8 @@ def main(argv: list[str] | None = None) -> int:
     add("doctor", "Python, packages and tools the practice needs")
     args = parser.parse_args(argv)
     workspace = workspace_dir(args.workspace)
+    if args.command in ("verify", "check") or getattr(args, "isolated", False):
+        _start_zygote(args)
     try:
         return _dispatch(args, workspace)
     except UsageError as exc:
@@ -882,6 +1031,22 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"judge.py: {exc}", file=sys.stderr)
         return 2
+
+
+def _start_zygote(args: argparse.Namespace) -> None:
+    """Fork the copy of this process that the reader's processes are forked from, after importing
+    the libraries the tests import (exercise 01's torch): the children inherit them."""
+    try:
+        chosen = [get_exercise(args.exercise)] if getattr(args, "exercise", None) else find_exercises()
+    except UsageError:
+        return   # reported by _dispatch
+    for ex in chosen:
+        for name in runner._test_imports(ex.tests.read_text(encoding="utf-8")) if ex.tests.exists() else []:
+            try:
+                __import__(name)
+            except Exception:   # reported when test.py loads
+                pass
+    proxy.start_zygote()
 
 
 def _dispatch(args: argparse.Namespace, workspace: Path) -> int:
@@ -923,7 +1088,8 @@ def _dispatch(args: argparse.Namespace, workspace: Path) -> int:
             path = ex.solution
         else:
             path = Path(args.file) if args.file else ex.workspace_file(workspace)
-        report = judge_file(ex, path, examples_only=args.run, timeout=args.timeout, memory_mb=args.memory)
+        report = judge_file(ex, path, examples_only=args.run, timeout=args.timeout, memory_mb=args.memory,
+                            isolated=args.isolated)
         accepted = report["verdict"] == runner.ACCEPTED and report["judged"]["sealed"]
         if (args.command == "test" and accepted and not args.run
                 and Path(path).resolve() == ex.workspace_file(workspace).resolve()):

@@ -451,7 +451,9 @@ def describe_failure(exc: BaseException, test_path: str, solution_path: str | No
     """Classify an exception raised by a test and describe it for the reader."""
     test_where = _innermost(exc.__traceback__, test_path)
     your_where = _innermost(exc.__traceback__, solution_path)
-    in_test = test_where is not None and (your_where is None or _raised_in(exc.__traceback__, test_path))
+    remote = getattr(exc, "remote_failure", None)   # raised by the reader's code in the judge's child process
+    in_test = remote is None and test_where is not None and (
+        your_where is None or _raised_in(exc.__traceback__, test_path))
     failure: dict = {}
     if isinstance(exc, AssertionError) and in_test:
         verdict = WRONG
@@ -473,18 +475,22 @@ def describe_failure(exc: BaseException, test_path: str, solution_path: str | No
     else:
         verdict = RUNTIME
         message = _exception_text(exc)
-        if isinstance(exc, NotImplementedError) and your_where is not None:
+        if isinstance(exc, NotImplementedError) and (your_where is not None or (remote or {}).get("yours")):
             message += " -- this is still the starter's placeholder; write the body"
         failure["exception"] = type(exc).__name__
     if test_where is not None:
         failure["test"] = describe_frame(*test_where, "test.py")
     if your_where is not None:
         failure["yours"] = describe_frame(*your_where, "your file")
+    elif remote and remote.get("yours"):
+        failure["yours"] = remote["yours"]
     failure["traceback"] = [
         {"file": "test.py" if _same_file(fs.filename, test_path) else "your file", "lineno": fs.lineno,
          "function": fs.name, "line": (fs.line or "").strip()}
         for fs in traceback.extract_tb(exc.__traceback__)
         if _same_file(fs.filename, test_path) or _same_file(fs.filename, solution_path)][-8:]
+    if remote:
+        failure["traceback"] = (failure["traceback"] + list(remote.get("traceback") or []))[-8:]
     return {"verdict": verdict, "message": message, "failure": failure}
 
 
@@ -496,17 +502,19 @@ def _raised_in(tb: types.TracebackType | None, path: str) -> bool:
     return last is not None and _same_file(last.tb_frame.f_code.co_filename, path)
 
 
-def run_test(name: str, func: Callable, test_path: str, solution_path: str | None) -> dict:
+def run_test(name: str, func: Callable, test_path: str, solution_path: str | None, *, capture: bool = True) -> dict:
     """Run one test function; return {"name", "verdict", "message", "failure", "stdout", "seconds"}.
 
-    Output is captured (bounded) and ``breakpoint()`` is a no-op that says so. Plain
+    Output is captured (bounded) and ``breakpoint()`` is a no-op that says so (``capture=False``:
+    the caller collects the output, as the isolated judge does from the reader's process). Plain
     try/finally rather than contextlib: nothing the reader's code can patch stands between an
     assertion failing and the verdict.
     """
     out = _HELPERS["CapturedOutput"](STDOUT_LIMIT)
     saved = sys.stdout, sys.stderr, sys.breakpointhook
-    sys.stdout = sys.stderr = out
-    sys.breakpointhook = _HELPERS["ignore_breakpoint"]
+    if capture:
+        sys.stdout = sys.stderr = out
+        sys.breakpointhook = _HELPERS["ignore_breakpoint"]
     start = _perf_counter()
     try:
         func()
@@ -518,7 +526,8 @@ def run_test(name: str, func: Callable, test_path: str, solution_path: str | Non
     except BaseException as exc:  # noqa: B036 -- SystemExit (exit()) too: every way out is a verdict
         result = describe_failure(exc, test_path, solution_path)
     finally:
-        sys.stdout, sys.stderr, sys.breakpointhook = saved
+        if capture:
+            sys.stdout, sys.stderr, sys.breakpointhook = saved
     result = {"name": name, **result, "seconds": round(_perf_counter() - start, 4)}  # type: ignore[dict-item]
     printed = out.getvalue()
     if printed:
@@ -684,7 +693,7 @@ def _code_objects(namespace: dict) -> set[types.CodeType]:
     return found
 
 
-def _install_guard(home: str | None = None) -> None:
+def _install_guard(home: str | None = None, trusted: Iterable[dict] = ()) -> None:
     """An audit hook (PEP 578) that keeps frames, tracing and the garbage collector's object
     lists away from everything but this file. With a frame, code can walk up to the test
     functions and to the runner's locals and change a verdict; so ``sys._getframe``,
@@ -693,10 +702,14 @@ def _install_guard(home: str | None = None) -> None:
 
     Refused to everyone (``home``: the fresh folder the child runs in): starting processes,
     ctypes, signals, opening anything under /proc (the process's own memory holds the secret
-    that signs results), and writing or renaming files outside ``home``."""
+    that signs results), and writing or renaming files outside ``home``. ``trusted``: more
+    namespaces whose code may use frames (proxy.py's server in the reader's process describes
+    tracebacks)."""
     import _thread
 
     runner_code = _code_objects(globals())   # identity, not file name: code can claim any file name
+    for namespace in trusted:
+        runner_code |= _code_objects(namespace)
     libraries = tuple({os.path.normcase(sysconfig.get_paths()[k]) for k in ("stdlib", "platstdlib", "purelib", "platlib")})
     inside: set[int] = set()   # threads currently inside the hook (its own frame access is allowed)
     get_ident, getframe = _thread.get_ident, sys._getframe
