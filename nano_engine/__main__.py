@@ -515,8 +515,13 @@ def run_events(args: argparse.Namespace) -> int:
 
     def stop(signum, frame):
         # SIGTERM ends the run as Ctrl-C does (sockets closed, exit 130), and through SIGINT's current
-        # handler, so an engine step holds it back until its bookkeeping is done (interrupts.py)
-        signal.raise_signal(signal.SIGINT)
+        # handler, so an engine step holds it back until its bookkeeping is done (interrupts.py). A
+        # process started with SIGINT ignored (a script's background job: `... &`) has no such
+        # handler, and raising SIGINT would do nothing: it stops at once instead.
+        if callable(signal.getsignal(signal.SIGINT)):
+            signal.raise_signal(signal.SIGINT)
+        else:
+            raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, stop)
     try:

@@ -365,9 +365,11 @@ def test_subscriber_started_before_any_publisher(tmp_path, caplog):
 
 # -- the `events` command, as a separate process ----------------------------------------------------------
 
-def test_events_command_publishes_a_real_engines_events():
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_events_command_publishes_a_real_engines_events(sigint):
     """``python -m nano_engine events``: a real LLMEngine in a child process; the subscriber here ends with
-    exactly the blocks the child's pool reports, and the child exits cleanly on SIGTERM (reaped)."""
+    exactly the blocks the child's pool reports, and the child exits cleanly on SIGTERM (reaped), also
+    when it was started with SIGINT ignored (as a script's background job is)."""
     import json
     import queue
     import re
@@ -379,7 +381,8 @@ def test_events_command_publishes_a_real_engines_events():
 
     command = [sys.executable, "-m", "nano_engine", "events", "--publish", FREE, "--replay", FREE, "--prompts", "2",
                "--max-tokens", "4", "--linger", "120", "--device", "cpu", "--model", str(tiny_checkpoint())]
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint == "ignored" else None
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=ignore)
     lines: queue.Queue = queue.Queue()
     reader = threading.Thread(target=lambda: [lines.put(line) for line in child.stdout], daemon=True)  # type: ignore[union-attr]
     reader.start()
