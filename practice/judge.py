@@ -72,8 +72,23 @@ def _load_sibling(name: str, file: str):
 
 
 runner = _load_sibling("practice_runner", "runner.py")       # the test-running core
-proxy = _load_sibling("practice_proxy", "proxy.py")           # the isolated runner: the reader's code behind a proxy
 mutation = _load_sibling("practice_mutation", "mutation.py")   # mutation testing of the exercises
+
+
+_PROXY_LOCK = threading.Lock()   # check's threads may ask for it at once: one loads, the others wait
+
+
+def _proxy():
+    """proxy.py, the isolated runner's half (the reader's code behind a proxy): loaded the first
+    time that runner is used, so `test`, which never needs it, does not pay for loading it."""
+    with _PROXY_LOCK:
+        return _load_sibling("practice_proxy", "proxy.py")
+
+
+def __getattr__(name: str):   # `judge.proxy` (PEP 562), for code that imports this module
+    if name == "proxy":
+        return _proxy()
+    raise AttributeError(name)
 
 DEFAULT_TIMEOUT = 10.0       # seconds per test
 DEFAULT_MEMORY_MB = 2048     # address-space limit of the child process (where the OS supports it)
@@ -593,6 +608,7 @@ def _judge_isolated(ex: Exercise, path: Path, tests_source: str, names: list[str
                     memory_mb: int | None, check_interface: bool,
                     first_failure: bool = False) -> tuple[dict[str, dict], dict | None, str, str]:
     """The isolated runner: the file in a child process behind proxy.py, the tests here."""
+    proxy = _proxy()
     wall = timeout * WALL_FACTOR + WALL_GRACE
     spec = {"solution": str(path), "starter": str(ex.starter) if check_interface else None,
             "preload": runner._test_imports(tests_source), "timeout": timeout, "memory_mb": memory_mb,
@@ -619,6 +635,7 @@ def _judge_isolated(ex: Exercise, path: Path, tests_source: str, names: list[str
 def _run_tests_isolated(ex: Exercise, link: Any, path: Path, tests_source: str, names: list[str],
                         timeout: float, first_failure: bool = False) -> tuple[dict[str, dict], dict | None, str]:
     """Load test.py here (its ``solution_under_test`` is the child's module) and run the tests."""
+    proxy = _proxy()
     module = proxy.RemoteModule(link, runner.SOLUTION_MODULE)
     output = runner._HELPERS["CapturedOutput"](runner.STDOUT_LIMIT)
     try:
@@ -1036,6 +1053,7 @@ def main(argv: list[str] | None = None) -> int:
 def _start_zygote(args: argparse.Namespace) -> None:
     """Fork the copy of this process that the reader's processes are forked from, after importing
     the libraries the tests import (exercise 01's torch): the children inherit them."""
+    proxy = _proxy()
     try:
         chosen = [get_exercise(args.exercise)] if getattr(args, "exercise", None) else find_exercises()
     except UsageError:
