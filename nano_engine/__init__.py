@@ -70,6 +70,7 @@ two exceptions happen only when asked for: the engine's imports of ``fast/`` (a 
     widgets.py         steppers: requests through a cache, one operation at a time
     exercises.py       a chapter's exercise: the statement and a "Check my solution" button
     listing.py         show_source (a class's real source, never pasted text) and add_to_class (a class one method a cell)
+    figures.py         said("6,000 blocks", value): a figure the prose quotes, checked against the run
 
   tools
     __main__.py        the command line: ``python -m nano_engine generate | hitrate | cluster | bench | events``
