@@ -14,9 +14,11 @@ Zipf-distributed sizes, each user a multi-turn conversation, turns of all users 
 Columns: hit rate (cache hits over all prompt tokens, all instances); prefill tokens computed and
 their ratio to round robin's in the same run; imbalance = requests of the busiest instance over the
 mean (1.00 is even); the largest in-flight load gap (max - min) the router saw; ticks until the
-trace drained; (real engines) wall time. "cache_aware + kv events" matches against the hashes the
-instances' pools report instead of the router's own approximate trees; "affinity only" is
-cache-aware with the balance rule switched off, to show what the rule buys.
+trace drained; (real engines) wall time. The rows are ``nano_engine.routing`` policies:
+"round-robin", "least-loaded", "approx" (SGLang's cache-aware router, an approximate tree per
+instance), "approx + kv events" (the same rule matched against the blocks the instances' pools
+report through their KV events, fed in process to a ``KVBlockIndex``) and "affinity only" (approx
+with the balance rule switched off, to show what the rule buys).
 
     python benchmarks/routing.py [--instances 8] [--users 1024] [--engines 4]
 """
@@ -28,26 +30,34 @@ import torch
 
 from nano_engine.checkpoints import default_model_path
 from nano_engine.engine import LLMEngine, SamplingParams
+from nano_engine.instances import EngineInstance, SimulatedInstance, TraceResult, run_trace
+from nano_engine.kv_index import KVBlockIndex
 from nano_engine.model import Transformer
-from nano_engine.router import EngineInstance, Router, SimulatedInstance, TraceResult, run_trace
+from nano_engine.routing import RoutingPolicy, make_policy
 from nano_engine.workloads import multi_tenant
 
 # name -> (policy, follow KV events, balance rule on)
 VARIANTS = {
-    "round_robin": ("round_robin", False, True),
-    "least_load": ("least_load", False, True),
-    "cache_aware": ("cache_aware", False, True),
-    "cache_aware + kv events": ("cache_aware", True, True),
-    "affinity only": ("cache_aware", False, False),
+    "round-robin": ("round-robin", False, True),
+    "least-loaded": ("least-loaded", False, True),
+    "approx": ("approx", False, True),
+    "approx + kv events": ("approx", True, True),
+    "affinity only": ("approx", False, False),
 }
 
 
-def make_router(variant: str, instances, tree_capacity: int, abs_threshold: int) -> Router:
-    policy, kv, balance = VARIANTS[variant]
+def make_router(variant: str, instances, tree_capacity: int, abs_threshold: int) -> RoutingPolicy:
+    name, kv, balance = VARIANTS[variant]
+    if name != "approx":
+        return make_policy(name, len(instances))
+    options = {}
+    if kv:
+        options["event_index"] = index = KVBlockIndex()
+        for i, inst in enumerate(instances):
+            index.follow(i, inst.pool)
     # cache_threshold 0.5 (not the gateway's default 0.3): the figures in benchmarks/README.md use it
-    return Router(len(instances), policy, tree_capacity=tree_capacity, cache_threshold=0.5,
-                  balance_abs_threshold=abs_threshold if balance else 10**9,
-                  kv_event_pools=[inst.pool for inst in instances] if kv else None)
+    return make_policy("approx", len(instances), tree_capacity=tree_capacity, cache_threshold=0.5,
+                       balance_abs_threshold=abs_threshold if balance else 10**9, **options)
 
 
 def print_table(rows: list[tuple[str, TraceResult, float | None]]) -> None:
@@ -74,7 +84,6 @@ def simulated(args) -> None:
         start = time.perf_counter()
         rows.append((variant, run_trace(router, instances, workload, requests_per_tick=args.rate),
                      time.perf_counter() - start))
-        router.close()
     print_table(rows)
 
 
@@ -100,7 +109,6 @@ def real_engines(args) -> None:
         rows.append((variant, result, time.perf_counter() - start))
         outputs = {r: out for inst in instances for r, out in inst.outputs.items()}
         identical &= [outputs[r] for r in range(len(workload))] == reference
-        router.close()
     print_table(rows)
     print(f"greedy outputs identical to a single engine for every policy: {identical}")
 

@@ -48,14 +48,17 @@ two exceptions happen only when asked for: the engine's imports of ``fast/`` (a 
     workloads.py       request streams with shared prefixes, and the hit rate a cache gets on them
     traces.py          real traffic: Mooncake's production request traces, replayed through the caches
     tier_replay.py     a device cache plus a host tier replayed on token streams and traces: hits, bytes moved
-    router.py          which of several engine instances serves a request
     timing.py          the book chapter's reuse experiment timed: cache off vs on, TTFT and wall time
+
+  routing requests over several engines (chapters 05 and 07)
+    kv_index.py        the router's global index: which worker holds which block hash, on which medium
+    routing.py         which engine serves a request: six routers behind one interface, from random to Dynamo's cost
+    instances.py       what a router feeds: simulated instances, a real engine, a trace's clock; run_trace
+    router.py          deprecated (one release): the old names of routing.py and instances.py
 
   many engines in many processes (chapter 07)
     kv_wire.py         KV events as bytes, exactly as vLLM 0.33 encodes them (msgspec / msgpack)
     kv_pubsub.py       KV events over ZeroMQ: vLLM's publisher (PUB + replay ROUTER), a subscriber that recovers gaps
-    kv_index.py        the router's global index: which worker holds which block hash, on which medium
-    routing.py         a cluster's routers behind one interface: random .. approximate tree, Dynamo's cost, llm-d's scorers
     cluster.py         N instance processes publishing KV events over ZeroMQ, a router indexing them; faults, a TTFT model
     engine_cluster.py  the same with real engines: a few LLMEngine processes on a real model, routed by their events
 

@@ -563,7 +563,7 @@ def _publish_engine_events(args: argparse.Namespace, device: str, publisher) -> 
     engine = LLMEngine(model, eos_token_id=tokenizer.eos_token_id, cache="vllm")
     pool = engine.cache.pool
     assert isinstance(pool, PrefixCachingBlockPool)      # cache="vllm" builds one
-    batcher = StepBatcher(pool, publisher)   # the pool's subscribe(), as router.py's in-process view
+    batcher = StepBatcher(pool, publisher)   # the pool's subscribe(), as KVBlockIndex.follow in one process
     try:
         for prompt in chat_prompts(tokenizer, questions):
             engine.add_request(prompt, SamplingParams(max_tokens=args.max_tokens))

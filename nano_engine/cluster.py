@@ -4,7 +4,7 @@ Chapter 05's instances shared the router's memory. Here every instance is its ow
 (``multiprocessing``, spawn), as engines on separate GPUs are, and the router in the parent knows
 their caches only from what they publish:
 
-* **instance** (child process, :class:`TraceInstance`): a real prefix cache (the package's
+* **instance** (child process, :class:`~nano_engine.instances.TraceInstance`): a real prefix cache (the package's
   ``PrefixCachingBlockPool`` in vLLM mode: SHA-256 chained hashes, published as their low 64 bits,
   as vLLM publishes them) behind a first-come-first-served prefill server. Every batch of KV events
   its pool emits goes out through a :class:`~nano_engine.kv_pubsub.KVEventPublisher` (PUB + ROUTER
@@ -42,7 +42,6 @@ over instances; 1.0 when the index is exact.
 
 from __future__ import annotations
 
-import heapq
 import logging
 import math
 import multiprocessing
@@ -52,27 +51,17 @@ import signal
 import tempfile
 import time
 import traceback
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from nano_engine.routing import (
-    EVENT_POLICIES,
-    POLICIES,
-    ApproxTreePolicy,
-    RoutingPolicy,
-    RoutingRequest,
-    make_policy,
-)
-from nano_engine.traces import TOKENS_PER_ID, Trace, TraceReplay, TraceRequest
+from nano_engine import instances
+from nano_engine.instances import DECODE_MS_PER_TOKEN, PREFILL_TOKENS_PER_MS
+from nano_engine.routing import EVENT_POLICIES, POLICIES, RoutingPolicy, RoutingRequest, make_policy
+from nano_engine.traces import TOKENS_PER_ID, Trace, TraceRequest
 
 logger = logging.getLogger(__name__)
 
-PREFILL_TOKENS_PER_MS = 15.0
-"""The TTFT model's prefill rate per instance (tokens per millisecond)."""
-DECODE_MS_PER_TOKEN = 20.0
-"""The model's decode time per output token (it keeps a request in flight, beside prefill)."""
 CALL_TIMEOUT_S = 30.0
 """How long the router waits for an instance's answer, or for its events, before giving up."""
 
@@ -148,74 +137,13 @@ class _NoIndex:
 # ------------------------------------------------------------------------------ one instance
 
 
-@dataclass(order=True)
-class _Running:
-    finish_ms: float
-    request_id: int
-    ttft_ms: float = field(compare=False)
-    hit_tokens: int = field(compare=False)
-    input_tokens: int = field(compare=False)
-
-
-class TraceInstance:
-    """A simulated engine fed trace requests: a vLLM-mode block pool and a FIFO prefill server.
-
-    A trace block (512 tokens, one hash id) is one block of the pool, so one published hash per
-    512 tokens (see :mod:`nano_engine.traces`); ``pool.subscribe`` gives its KV events. Times are
-    in milliseconds; ``now`` is where the instance's clock starts.
-    """
-
-    def __init__(self, capacity_tokens: int, *, prefill_tokens_per_ms: float = PREFILL_TOKENS_PER_MS,
-                 decode_ms_per_token: float = DECODE_MS_PER_TOKEN, now: float = 0.0) -> None:
-        self.cache = TraceReplay("vllm", capacity_tokens)
-        assert self.cache.pool is not None
-        self.pool = self.cache.pool
-        self.prefill_tokens_per_ms, self.decode_ms_per_token = prefill_tokens_per_ms, decode_ms_per_token
-        self.waiting: deque[tuple[int, float, TraceRequest]] = deque()
-        self.running: list[_Running] = []
-        self.busy_until = now
-
-    def submit(self, request_id: int, arrival_ms: float, request: TraceRequest) -> None:
-        self.waiting.append((request_id, arrival_ms, request))
-
-    def advance(self, now: float) -> list[tuple[int, float, int, int]]:
-        """Run until ``now``: prefills that start by then (each looks up and fills the cache as it
-        starts), then the requests finished by then, as ``(id, ttft_ms, hit_tokens, input_tokens)``."""
-        while self.waiting and max(self.busy_until, self.waiting[0][1]) <= now:
-            request_id, arrival, request = self.waiting.popleft()
-            start = max(self.busy_until, arrival)
-            hits = self.cache.serve(request) or 0       # None: larger than the whole cache, no hit
-            first_token = start + (request.input_length - hits) / self.prefill_tokens_per_ms
-            self.busy_until = first_token
-            finish = first_token + request.output_length * self.decode_ms_per_token
-            heapq.heappush(self.running, _Running(finish, request_id, first_token - arrival, hits, request.input_length))
-        finished = []
-        while self.running and self.running[0].finish_ms <= now:
-            r = heapq.heappop(self.running)
-            finished.append((r.request_id, r.ttft_ms, r.hit_tokens, r.input_tokens))
-        return finished
-
-    def next_time(self) -> float:
-        """When something next happens here (a prefill starts or a request ends); inf if idle."""
-        t = math.inf
-        if self.waiting:
-            t = max(self.busy_until, self.waiting[0][1])
-        if self.running:
-            t = min(t, self.running[0].finish_ms)
-        return t
-
-    def cached_hashes(self) -> set:
-        """Every block hash the pool caches, as its events publish them: the truth for the index."""
-        return {self.pool.event_hash(h) for h in self.pool.hash_to_blocks}
-
-
 def _instance_main(conn: Any, parent_pid: int, endpoint: str, replay_endpoint: str, config: ClusterConfig,
                    seed: int, now: float) -> None:
     """A child process: one simulated instance and its publisher, answering the router's commands."""
 
     def start(publisher: Any) -> tuple[Any, dict[str, Callable[..., Any]]]:
-        instance = TraceInstance(config.capacity_tokens, prefill_tokens_per_ms=config.prefill_tokens_per_ms,
-                                 decode_ms_per_token=config.decode_ms_per_token, now=now)
+        instance = instances.TraceInstance(config.capacity_tokens, prefill_tokens_per_ms=config.prefill_tokens_per_ms,
+                                           decode_ms_per_token=config.decode_ms_per_token, now=now)
         flush = publishing(instance.pool, publisher)
 
         def step(t: float) -> tuple[list, int, float]:
@@ -698,8 +626,6 @@ class Cluster:
         index; the in-flight counts carry over, as requests in flight still finish."""
         new = self._make_policy()
         new.loads = old.loads
-        if isinstance(new, ApproxTreePolicy) and isinstance(old, ApproxTreePolicy):
-            new.tree_router.load = list(old.tree_router.load)
         return new
 
 
@@ -707,3 +633,13 @@ def run_cluster(trace: Trace, config: ClusterConfig, *, progress: bool = False) 
     """Start the cluster, run ``trace`` through it, and reap every process, whatever happens."""
     with Cluster(config) as cluster:
         return cluster.run(trace, progress=progress)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "TraceInstance":      # moved to nano_engine.instances; the old name works for one release
+        import warnings
+
+        warnings.warn("nano_engine.cluster.TraceInstance is deprecated and goes in the next release; use "
+                      "nano_engine.instances.TraceInstance", DeprecationWarning, stacklevel=2)
+        return instances.TraceInstance
+    raise AttributeError(f"module 'nano_engine.cluster' has no attribute {name!r}")

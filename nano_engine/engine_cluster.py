@@ -104,8 +104,7 @@ class EngineCluster(Cluster):
                            seed=c.seed, capacity_blocks=c.capacity_tokens // c.block_size, **(c.router_options or {}))
 
     def routing_request(self, prompt: Sequence[int]) -> RoutingRequest:   # type: ignore[override]
-        hashes = [self.hasher.event_hash(h) for h in self.hasher.block_hashes(prompt)]
-        return RoutingRequest(list(prompt), hashes, len(prompt), self.config.block_size)
+        return RoutingRequest.of(prompt, self.hasher)
 
     def serve(self, prompt: Sequence[int], max_tokens: int = 8) -> Served:
         """Route one prompt, run it there, and wait until its engine's events are in the index (so

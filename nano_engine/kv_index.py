@@ -27,23 +27,64 @@ medium it follows).
 
 **Matching** (:meth:`KVBlockIndex.match`), as llm-d's ``LongestPrefixScorer`` sees a pod
 (``pkg/kvcache/kvblock_scorer.go`` at commit ``a378f5b``, 2025-12-10, as the chapter's notes read it): walk the request's block hashes from the first;
-a worker's prefix is the longest run from block 0 of blocks it holds in the ``"GPU"`` or ``"CPU"``
-medium; each block of that run counts once, on the best tier it is held on. ``match`` returns, per
-worker, ``(gpu, cpu)``: how many blocks of its prefix it holds on GPU, and how many on CPU only
-(``gpu + cpu`` is the prefix's length). llm-d's score is then ``1.0 * gpu + 0.8 * cpu``
-(``pkg/kvcache/backend.go``); Dynamo's current cost subtracts ``device_overlap`` and
-``0.75 * host_overlap`` (``docs/components/router/router-configuration.md``). Blocks held in any
-other medium (``"STORAGE"``) end a run, as llm-d weighs only the two tiers.
+a worker's prefix is the longest run from block 0 of blocks it holds in any medium; each block of
+that run counts once, on the best tier it is held on. ``match`` returns, per worker, a
+:class:`PrefixMatch` ``(gpu, cpu, other)``: how many blocks of its prefix it holds on GPU, how many
+on CPU and not GPU, and how many only in another medium (``"STORAGE"``); their sum is the prefix's
+length. A block held in another medium does not end the run, as in llm-d: a pod stays in the run
+while it holds the key in any tier, and a tier without a configured weight counts 1.0 (llm-d
+weighs ``gpu`` 1.0 and ``cpu`` 0.8, ``pkg/kvcache/backend.go``; :class:`~nano_engine.routing.LlmdPolicy`).
+Dynamo's current cost subtracts ``device_overlap`` and ``0.75 * host_overlap``
+(``docs/components/router/router-configuration.md``).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
+from typing import Any, NamedTuple, Protocol
 
 from nano_engine.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
 
-GPU, CPU = "GPU", "CPU"   # vLLM's MEDIUM_GPU, MEDIUM_CPU
+GPU, CPU = "GPU", "CPU"   # vLLM's MEDIUM_GPU, MEDIUM_CPU (its third, MEDIUM_STORAGE, is "STORAGE")
+
+
+class BlockIndex(Protocol):
+    """What a router reads from an index: which workers hold a block hash, in which media."""
+
+    def workers_for(self, block_hash: Hashable) -> Mapping[Any, Collection[str]]: ...
+
+
+class PrefixMatch(NamedTuple):
+    """One worker's prefix run, by the best tier of each block (:meth:`KVBlockIndex.match`)."""
+
+    gpu: int      # blocks held on the device
+    cpu: int      # held on the host (CPU), not the device
+    other: int    # held only in another medium ("STORAGE")
+
+    @property
+    def blocks(self) -> int:
+        """The run's length: every block of the prefix the worker holds somewhere."""
+        return self.gpu + self.cpu + self.other
+
+
+def prefix_runs(index: BlockIndex, block_hashes: Sequence[Hashable],
+                workers: Iterable[Any]) -> dict[Any, list[frozenset[str]]]:
+    """Per worker, the media of each block of its prefix: the longest run from ``block_hashes[0]``
+    of blocks the worker holds in any medium (the module docstring: llm-d's rule)."""
+    runs: dict[Any, list[frozenset[str]]] = {w: [] for w in workers}
+    alive = set(runs)
+    for h in block_hashes:
+        if not alive:
+            break
+        holders = index.workers_for(h)
+        for w in list(alive):
+            media = holders.get(w)
+            if media:
+                runs[w].append(frozenset(media))
+            else:
+                alive.discard(w)
+    return runs
 
 
 class KVBlockIndex:
@@ -127,29 +168,26 @@ class KVBlockIndex:
         """Blocks ``worker`` holds in ``medium``, duplicates counted (its cache's fill)."""
         return sum(self._counts.get(worker, {}).get(medium, Counter()).values())
 
-    def match(self, block_hashes: Sequence[Hashable]) -> dict[Hashable, tuple[int, int]]:
-        """Per known worker, ``(gpu, cpu)`` for the request's chain ``block_hashes`` (module docstring).
+    def match(self, block_hashes: Sequence[Hashable]) -> dict[Hashable, PrefixMatch]:
+        """Per known worker, its :class:`PrefixMatch` for the request's chain ``block_hashes``.
 
-        The worker's prefix is the longest run from ``block_hashes[0]`` of blocks it holds on GPU or
-        CPU; ``gpu`` counts the run's blocks held on GPU, ``cpu`` those held on CPU only. Every
-        known worker is in the result, ``(0, 0)`` when it holds not even the first block.
+        The worker's prefix is the longest run from ``block_hashes[0]`` of blocks it holds in any
+        medium; each block counts once, as GPU if held there, else CPU, else other. Every known
+        worker is in the result, ``(0, 0, 0)`` when it holds not even the first block.
         """
-        result = {w: (0, 0) for w in self._counts}
-        alive = set(self._counts)
-        for h in block_hashes:
-            holders = self._holders.get(h, {})
-            for w in list(alive):
-                media = holders.get(w)
-                gpu, cpu = result[w]
-                if media and GPU in media:
-                    result[w] = (gpu + 1, cpu)
-                elif media and CPU in media:
-                    result[w] = (gpu, cpu + 1)
-                else:
-                    alive.discard(w)
-            if not alive:
-                break
+        result = {}
+        for w, run in prefix_runs(self, block_hashes, self._counts).items():
+            gpu = sum(GPU in media for media in run)
+            cpu = sum(GPU not in media and CPU in media for media in run)
+            result[w] = PrefixMatch(gpu, cpu, len(run) - gpu - cpu)
         return result
+
+    def follow(self, worker: Hashable, source: Any) -> Callable[[], None]:
+        """Apply ``source``'s KV events to ``worker`` as they happen, in this process; returns the
+        unsubscribe. ``source`` is anything with ``subscribe(callback) -> unsubscribe``, such as a
+        :class:`~nano_engine.prefix_cache.PrefixCachingBlockPool` (no socket in between)."""
+        self.add_worker(worker)
+        return source.subscribe(lambda event: self.apply(worker, [event]))
 
     def check_invariants(self) -> None:
         """Raise AssertionError unless the hash -> workers map is exactly the per-worker counts' keys."""

@@ -14,16 +14,18 @@ Three policies know nothing of caches:
 
 One guesses the caches from its own decisions, with no events:
 
-* ``approx``: SGLang Model Gateway's ``cache_aware`` policy, the approximate tree of
-  :class:`nano_engine.router.Router` (chapter 05) with the gateway's command-line defaults
-  (``cache_threshold`` 0.3, ``balance_abs_threshold`` 64, ``balance_rel_threshold`` 1.5,
-  ``max_tree_size`` 2**26; sources and the differences from the gateway in ``router.py``). It
-  assumes every prompt it sent is still cached, so it keeps routing to a worker that already
-  evicted the prefix.
+* ``approx``: SGLang Model Gateway's ``cache_aware`` policy (chapter 05; :class:`ApproxTreePolicy`,
+  whose docstring has the rule, the sources and the differences from the gateway), with the
+  gateway's command-line defaults (``cache_threshold`` 0.3, ``balance_abs_threshold`` 64,
+  ``balance_rel_threshold`` 1.5, ``max_tree_size`` 2**26). It assumes every prompt it sent is still
+  cached, so it keeps routing to a worker that already evicted the prefix. Given an
+  ``event_index``, it matches against the device blocks the workers' KV events report instead of
+  its trees (chapter 05's comparison of the two views).
 
 Two read a global index built from the workers' KV events (``nano_engine.kv_index.KVBlockIndex``,
-anything with ``workers_for(block_hash) -> {worker: {medium, ...}}``). A worker's *overlap* is the
-run of the request's blocks, from block 0, that the index says it holds:
+anything with ``workers_for(block_hash) -> {worker: {medium, ...}}``). A worker's prefix is the run
+of the request's blocks, from block 0, that the index says it holds in any medium
+(:func:`nano_engine.kv_index.prefix_runs`):
 
 * ``dynamo``: NVIDIA Dynamo's KV router, classic cost (``DefaultWorkerSelector::select_worker``,
   ``lib/llm/src/kv_router/scheduler.rs`` in 2025 releases; today ``lib/kv-router/src/scheduling/
@@ -35,11 +37,12 @@ run of the request's blocks, from block 0, that the index says it holds:
 
   Defaults as ``KvRouterConfig::default()`` (``lib/llm/src/kv_router.rs``): ``overlap_score_weight``
   1.0, ``router_temperature`` 0.0, the same in every version of the file we read (we pinned no
-  Dynamo release). Temperature 0 takes the argmin (ties drawn at random, as
-  Dynamo's ``minimum_cost_index``); T > 0 samples worker i with probability proportional to
+  Dynamo release). Temperature 0 takes the argmin, ties broken uniformly at random (seeded here),
+  as Dynamo's ``minimum_cost_index`` and ``select_worker`` do at commit ``01690d4`` (reservoir
+  sampling over the tied minima); T > 0 samples worker i with probability proportional to
   ``exp(-(logit_i - min) / ((max - min) * T))`` (the logits normalised to [0, 1] first; all equal:
-  uniform), as ``softmax_sample``. The overlap counts device (GPU) blocks only; today's Dynamo adds
-  host and disk credits (0.75, 0.25), not modelled here.
+  uniform), as ``softmax_sample``. The overlap counts the run's leading device (GPU) blocks only;
+  today's Dynamo adds host and disk credits (0.75, 0.25), not modelled here.
 
 * ``llm-d``: llm-d's precise prefix-cache scorer plus its load scorers, summed with weights by the
   endpoint picker, highest total wins (ties at random, the ``max-score-picker``):
@@ -47,7 +50,8 @@ run of the request's blocks, from block 0, that the index says it holds:
   - ``prefix``, weight 2: ``LongestPrefixScorer`` (``pkg/kvcache/kvblock_scorer.go`` of
     llm-d-kv-cache-manager at ``a378f5b``): walking the request's blocks from block 0, a worker
     adds the weight of the best tier that holds the block (``gpu`` 1.0, ``cpu`` 0.8,
-    ``pkg/kvcache/backend.go``) until the first block it does not hold; the raw scores are then
+    ``pkg/kvcache/backend.go``; a tier without a weight, such as ``STORAGE``, 1.0) until the first
+    block it holds in no tier; the raw scores are then
     min-max normalised over the workers that have one (all equal: 1.0; no hit at all: 0.0), as
     ``indexedScoresToNormalizedScoredPods`` in llm-d-inference-scheduler.
   - ``queue``, weight 1: ``(max_q - q) / (max_q - min_q)`` over the workers, 1.0 when all are equal
@@ -79,17 +83,13 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Hashable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-from nano_engine.router import (
-    BALANCE_ABS_THRESHOLD,
-    BALANCE_REL_THRESHOLD,
-    CACHE_THRESHOLD,
-    TREE_CAPACITY,
-    Router,
-)
+from nano_engine.kv_index import CPU, GPU, BlockIndex, prefix_runs
+from nano_engine.radix import RadixCache
 
 POLICIES = ("random", "round-robin", "least-loaded", "approx", "dynamo", "llm-d")
 """Every policy's name, as ``make_policy`` and the command line take it."""
@@ -97,21 +97,23 @@ POLICIES = ("random", "round-robin", "least-loaded", "approx", "dynamo", "llm-d"
 EVENT_POLICIES = ("dynamo", "llm-d")
 """The policies that read the KV-event index."""
 
-MEDIUM_GPU, MEDIUM_CPU = "GPU", "CPU"
+MEDIUM_GPU, MEDIUM_CPU = GPU, CPU
+
+# SGLang Model Gateway's command-line defaults (ApproxTreePolicy's docstring has the source).
+CACHE_THRESHOLD = 0.3
+BALANCE_ABS_THRESHOLD = 64
+BALANCE_REL_THRESHOLD = 1.5
+TREE_CAPACITY = 1 << 26      # the gateway's max_tree_size (characters there, tokens per worker here)
 
 # Dynamo's KvRouterConfig::default() (module docstring).
 OVERLAP_SCORE_WEIGHT = 1.0
 ROUTER_TEMPERATURE = 0.0
 
-# llm-d: tier weights of the longest-prefix scorer, and the endpoint picker's scorer weights.
+# llm-d: tier weights of the longest-prefix scorer (a tier not listed weighs 1.0), and the endpoint
+# picker's scorer weights.
 TIER_WEIGHTS = {MEDIUM_GPU: 1.0, MEDIUM_CPU: 0.8}
+UNKNOWN_TIER_WEIGHT = 1.0
 LLMD_SCORER_WEIGHTS = {"prefix": 2.0, "queue": 1.0, "kv-cache": 1.0}
-
-
-class BlockIndex(Protocol):
-    """What the event-driven policies read: which workers hold a block hash, on which media."""
-
-    def workers_for(self, block_hash: Hashable) -> Mapping[Any, set[str]]: ...
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,17 @@ class RoutingRequest:
     num_tokens: int
     block_size: int
 
+    @classmethod
+    def of(cls, tokens: Sequence[int], pool: Any = None) -> RoutingRequest:
+        """A request from its token ids. ``pool`` hashes as the engines do (a
+        :class:`~nano_engine.prefix_cache.PrefixCachingBlockPool` of their block size and hash
+        algorithm): the block hashes are then the ones its KV events publish; without it there are
+        none, and a block is one token."""
+        tokens = list(tokens)
+        if pool is None:
+            return cls(tokens, [], len(tokens), 1)
+        return cls(tokens, [pool.event_hash(h) for h in pool.block_hashes(tokens)], len(tokens), pool.block_size)
+
     @property
     def num_blocks(self) -> int:
         """Blocks the prompt occupies (a partial last block counts)."""
@@ -136,7 +149,7 @@ class RoutingRequest:
 
 @dataclass
 class Loads:
-    """The router's own view of each worker's load."""
+    """The router's own view of each worker's load: the one count every policy keeps."""
 
     in_flight: list[int]          # requests routed there and not finished
     active_blocks: list[int]      # KV blocks of those requests' prompts
@@ -155,7 +168,7 @@ class RoutingPolicy:
     """
 
     name = "base"
-    uses_index = False
+    uses_index = False      # does it read an index of the workers' KV events (then requests need block hashes)
 
     def __init__(self, num_workers: int, *, seed: int = 0) -> None:
         if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 1:
@@ -184,6 +197,10 @@ class RoutingPolicy:
         self.loads.in_flight[worker] -= 1
         self.loads.active_blocks[worker] -= request.num_blocks
 
+    def least_loaded(self) -> int:
+        """The worker with the fewest requests in flight (the lowest index among equals)."""
+        return min(range(self.num_workers), key=lambda w: (self.loads.in_flight[w], w))
+
 
 class RandomPolicy(RoutingPolicy):
     name = "random"
@@ -209,62 +226,143 @@ class LeastLoadedPolicy(RoutingPolicy):
     name = "least-loaded"
 
     def pick(self, request: RoutingRequest) -> int:
-        return min(range(self.num_workers), key=lambda w: (self.loads.in_flight[w], w))
+        return self.least_loaded()
 
 
 class ApproxTreePolicy(RoutingPolicy):
-    """SGLang Model Gateway's ``cache_aware`` policy: chapter 05's :class:`~nano_engine.router.Router`.
+    """SGLang Model Gateway's ``cache_aware`` policy (sgl-router, renamed SGLang Model Gateway, now
+    developed as smg-project/smg): an *approximate* radix tree per worker.
 
-    ``pick`` records the prompt in the chosen worker's approximate tree (and counts it in flight
-    there, which is the tree router's own load): call it once per request.
+    The router cannot see a worker's cache, so it keeps a :class:`~nano_engine.radix.RadixCache` of
+    the prompts it sent there, assumes what it sent is cached, and trims the tree to
+    ``tree_capacity`` tokens, least recently used first, as the worker's cache would evict. For
+    each request (the load is the requests in flight, ``loads.in_flight``, counted by the router):
+
+    1. if the load is imbalanced, ``max - min > balance_abs_threshold`` **and**
+       ``max > min * balance_rel_threshold``, send it to the least-loaded worker;
+    2. else, if the longest match over the workers' trees covers more than ``cache_threshold`` of
+       the prompt, send it to that worker (among equal matches, the less loaded);
+    3. else (nobody has much of it), send it to the worker with the smallest tree, the one with the
+       most room for a new prefix.
+
+    In every case the prompt is recorded in the chosen worker's tree: ``pick`` does it, so call it
+    once per request. ``reasons`` counts the decisions of each rule (``"balance"``,
+    ``"affinity"``, ``"smallest"``).
+
+    **KV events instead of guessing.** With ``event_index`` (a
+    :class:`~nano_engine.kv_index.KVBlockIndex` fed by the workers' events; in one process,
+    ``event_index.follow(worker, pool)``), a match is the
+    run of the request's block hashes, from block 0, that the worker holds on the device, at most
+    the blocks before the prompt's last token (an engine never reuses that one), and a worker's size
+    is its number of cached device blocks, duplicates included. Nothing is recorded or guessed, but
+    a worker reports a prefix only once it has computed it.
+
+    **What SGLang's router does differently** (``CacheAwarePolicy::select_worker`` in
+    ``sgl-model-gateway/src/policies/cache_aware.rs`` of sgl-project/sglang at commit ``b93974f``,
+    and ``model_gateway/src/policies/cache_aware.rs`` of smg-project/smg at commit ``56ad201``; the
+    tree is ``Tree::prefix_match`` in ``src/policies/tree.rs``):
+
+    * Its tree is over request **text** (characters), not token ids: it routes before any
+      tokenizer runs, and the match ratio is matched characters over prompt characters. (smg adds a
+      token tree for pre-tokenized gRPC requests.) This package's router matches token ids.
+    * Step 3: the rule above, "smallest tree", is the original design (still described in the
+      file's header comment); the code now sends a low-match request to the **least-loaded**
+      worker. This package keeps the smallest-tree rule.
+    * Trees are trimmed by a background thread every ``eviction_interval`` seconds to
+      ``max_tree_size``; this package trims on every insert (a simulation has no clock), to
+      ``tree_capacity`` tokens per worker.
+    * Load is the gateway's own in-flight count (``Worker::load``), as here; smg can also use the
+      loads the engines report. (smg's header at ``56ad201`` still describes the max - min /
+      relative rule above; its PR #2341, 2026-08-27, mentions an "overload spill gate", which we
+      have not checked in code.)
+
+    Defaults are the gateway's command-line defaults, the same in ``src/main.rs``'s ``CliArgs``
+    (sgl-model-gateway at commit ``f47e04e``) and in the Python ``RouterArgs``
+    (``sglang_router/router_args.py``, sglang-router 0.3.2): ``cache_threshold`` 0.3,
+    ``balance_abs_threshold`` 64, ``balance_rel_threshold`` 1.5, ``max_tree_size`` 2**26; eviction
+    every 120 s in ``CliArgs``, 60 s in that ``RouterArgs`` (``eviction_interval_secs``). The Rust
+    ``CacheAwareConfig::default()`` (``src/policies/mod.rs``) used by library callers differs (0.5,
+    32, 1.1, 30 s, 10,000).
     """
 
     name = "approx"
 
     def __init__(self, num_workers: int, *, seed: int = 0, cache_threshold: float = CACHE_THRESHOLD,
                  balance_abs_threshold: int = BALANCE_ABS_THRESHOLD,
-                 balance_rel_threshold: float = BALANCE_REL_THRESHOLD,
-                 tree_capacity: int | None = TREE_CAPACITY) -> None:
+                 balance_rel_threshold: float = BALANCE_REL_THRESHOLD, tree_capacity: int | None = TREE_CAPACITY,
+                 event_index: BlockIndex | None = None) -> None:
         super().__init__(num_workers, seed=seed)
-        self.tree_router = Router(num_workers, "cache_aware", cache_threshold=cache_threshold,
-                                  balance_abs_threshold=balance_abs_threshold,
-                                  balance_rel_threshold=balance_rel_threshold, tree_capacity=tree_capacity)
+        if not 0 <= cache_threshold <= 1:
+            raise ValueError(f"cache_threshold must be in [0, 1], got {cache_threshold}")
+        if balance_abs_threshold < 0 or balance_rel_threshold < 1:
+            raise ValueError(f"need balance_abs_threshold >= 0 and balance_rel_threshold >= 1, got "
+                             f"{balance_abs_threshold} and {balance_rel_threshold}")
+        if tree_capacity is not None and tree_capacity < 1:
+            raise ValueError(f"tree_capacity must be >= 1 or None, got {tree_capacity}")
+        self.cache_threshold = cache_threshold
+        self.balance_abs_threshold, self.balance_rel_threshold = balance_abs_threshold, balance_rel_threshold
+        self.tree_capacity = tree_capacity
+        self.event_index = event_index
+        self.uses_index = event_index is not None
+        self.trees = [RadixCache() for _ in range(num_workers)]
+        self.reasons: Counter[str] = Counter()
+
+    def is_imbalanced(self) -> bool:
+        """SGLang's rule: both the absolute and the relative gap are over their thresholds."""
+        high, low = max(self.loads.in_flight), min(self.loads.in_flight)
+        return high - low > self.balance_abs_threshold and high > low * self.balance_rel_threshold
 
     def pick(self, request: RoutingRequest) -> int:
-        return self.tree_router.route(request.tokens)
-
-    def on_finished(self, worker: int, request: RoutingRequest) -> None:
-        super().on_finished(worker, request)
-        self.tree_router.complete(worker)
-
-
-def prefix_tiers(index: BlockIndex, block_hashes: Sequence[Hashable], num_workers: int) -> list[list[str]]:
-    """Per worker, the best medium of each block of its longest held run from block 0.
-
-    ``"GPU"`` if the worker holds the block on the device, else ``"CPU"``; the run stops at the
-    first block the worker holds on neither.
-    """
-    runs: list[list[str]] = [[] for _ in range(num_workers)]
-    alive = set(range(num_workers))
-    for h in block_hashes:
-        if not alive:
-            break
-        holders = index.workers_for(h)
-        for w in list(alive):
-            mediums = holders.get(w, ())
-            if MEDIUM_GPU in mediums:
-                runs[w].append(MEDIUM_GPU)
-            elif MEDIUM_CPU in mediums:
-                runs[w].append(MEDIUM_CPU)
+        if not request.tokens:
+            raise ValueError("route: the prompt is empty")
+        load = self.loads.in_flight
+        if self.is_imbalanced():
+            worker, reason = self.least_loaded(), "balance"
+        else:
+            matched = self.match_lengths(request)
+            best = min(range(self.num_workers), key=lambda w: (-matched[w], load[w], w))
+            if matched[best] / len(request.tokens) > self.cache_threshold:
+                worker, reason = best, "affinity"
             else:
-                alive.discard(w)
-    return runs
+                sizes = self.cached_sizes(request.block_size)
+                worker = min(range(self.num_workers), key=lambda w: (sizes[w], load[w], w))
+                reason = "smallest"
+        self.reasons[reason] += 1
+        if self.event_index is None:
+            self._record(worker, request.tokens)
+        return worker
+
+    def _record(self, worker: int, tokens: Sequence[int]) -> None:
+        """Remember that ``worker`` will cache ``tokens``; trim its tree to the bound."""
+        tree = self.trees[worker]
+        tree.insert(list(tokens), [0] * len(tokens))   # dummy values: the router holds no KV
+        if self.tree_capacity is not None and tree.total_size() > self.tree_capacity:
+            tree.evict(tree.total_size() - self.tree_capacity)
+
+    def match_lengths(self, request: RoutingRequest) -> list[int]:
+        """Per worker, how many leading tokens of the request it is believed to have cached."""
+        if self.event_index is None:
+            return [tree.match_length(request.tokens) for tree in self.trees]
+        usable = (request.num_tokens - 1) // request.block_size
+        runs = prefix_runs(self.event_index, request.block_hashes, range(self.num_workers))
+        return [min(gpu_overlap(runs[w]), usable) * request.block_size for w in range(self.num_workers)]
+
+    def cached_sizes(self, block_size: int = 1) -> list[int]:
+        """Per worker, the tokens it is believed to cache: its tree's size, or (with an index) its
+        device blocks times ``block_size``."""
+        if self.event_index is None:
+            return [tree.total_size() for tree in self.trees]
+        count = getattr(self.event_index, "num_blocks", None)
+        if count is None:
+            raise ValueError("the approx policy's event_index must count blocks (num_blocks(worker, medium)): "
+                             "use a KVBlockIndex")
+        return [count(w, MEDIUM_GPU) * block_size for w in range(self.num_workers)]
 
 
-def gpu_overlap(run: Sequence[str]) -> int:
+def gpu_overlap(run: Sequence[Collection[str]]) -> int:
     """Blocks from block 0 held on the device (Dynamo's classic overlap)."""
     n = 0
-    while n < len(run) and run[n] == MEDIUM_GPU:
+    while n < len(run) and MEDIUM_GPU in run[n]:
         n += 1
     return n
 
@@ -276,13 +374,16 @@ class _IndexPolicy(RoutingPolicy):
         super().__init__(num_workers, seed=seed)
         if index is None:
             raise ValueError(f"the {self.name} policy reads a KV-event index: pass index=")
-        self.index = index
+        self.index: BlockIndex = index
+
+    def _runs(self, request: RoutingRequest) -> dict[int, list[frozenset[str]]]:
+        return prefix_runs(self.index, request.block_hashes, range(self.num_workers))
 
     def _argmin(self, costs: Sequence[float]) -> int:
+        """The cheapest worker; ties broken uniformly at random (seeded)."""
         best = min(costs)
         tied = [w for w, c in enumerate(costs) if c == best]
         return tied[0] if len(tied) == 1 else self.rng.choice(tied)
-
 
 class DynamoPolicy(_IndexPolicy):
     """Dynamo's classic cost (module docstring)."""
@@ -301,7 +402,7 @@ class DynamoPolicy(_IndexPolicy):
 
     def logits(self, request: RoutingRequest) -> list[float]:
         """Per worker, ``overlap_score_weight * prefill_blocks + decode_blocks``."""
-        runs = prefix_tiers(self.index, request.block_hashes, self.num_workers)
+        runs = self._runs(request)
         out = []
         for w in range(self.num_workers):
             prefill = (request.num_tokens - gpu_overlap(runs[w]) * request.block_size) / request.block_size
@@ -375,13 +476,17 @@ class LlmdPolicy(_IndexPolicy):
 
     def scores(self, request: RoutingRequest) -> dict[str, list[float]]:
         """Each scorer's normalised score per worker."""
-        runs = prefix_tiers(self.index, request.block_hashes, self.num_workers)
-        raw = {w: sum(self.tier_weights[m] for m in run) for w, run in enumerate(runs) if run}
+        runs = self._runs(request)
+        raw = {w: sum(self.tier_weight(media) for media in run) for w, run in runs.items() if run}
         queue = {w: float(q) for w, q in enumerate(self.loads.in_flight)}
         usage = [min(1.0, b / self.capacity_blocks) for b in self.loads.active_blocks]
         return {"prefix": min_max_scores(raw, self.num_workers),
                 "queue": min_max_scores(queue, self.num_workers, invert=True),
                 "kv-cache": [1.0 - u for u in usage]}
+
+    def tier_weight(self, media: Collection[str]) -> float:
+        """A block's weight: its best tier's (llm-d's ``getMaxWeight``: a tier without a weight, 1.0)."""
+        return max(self.tier_weights.get(m, UNKNOWN_TIER_WEIGHT) for m in media)
 
     def totals(self, request: RoutingRequest) -> list[float]:
         scores = self.scores(request)
@@ -393,7 +498,10 @@ class LlmdPolicy(_IndexPolicy):
 
 def make_policy(name: str, num_workers: int, *, index: BlockIndex | None = None, seed: int = 0,
                 capacity_blocks: int = 1, **options: Any) -> RoutingPolicy:
-    """The policy called ``name`` (one of :data:`POLICIES`); ``options`` go to its class."""
+    """The policy called ``name`` (one of :data:`POLICIES`); ``options`` go to its class.
+
+    ``index`` goes to the policies that read one (:data:`EVENT_POLICIES`); the others ignore it
+    (``approx`` reads the workers' events only when given ``event_index=``)."""
     simple: dict[str, type[RoutingPolicy]] = {"random": RandomPolicy, "round-robin": RoundRobinPolicy,
                                               "least-loaded": LeastLoadedPolicy, "approx": ApproxTreePolicy}
     if name in simple:

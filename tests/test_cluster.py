@@ -13,7 +13,8 @@ from collections import Counter
 
 import pytest
 
-from nano_engine.cluster import Cluster, ClusterConfig, ClusterError, TraceInstance, jaccard, run_cluster
+from nano_engine.cluster import Cluster, ClusterConfig, ClusterError, jaccard, run_cluster
+from nano_engine.instances import TraceInstance
 from nano_engine.kv_events import replay
 from nano_engine.traces import TraceReplay, load_trace
 

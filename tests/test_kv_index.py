@@ -24,19 +24,23 @@ def brute_held(log: dict, worker, medium: str) -> set:
 
 
 def brute_match(log: dict, workers, chain) -> dict:
-    """Per worker: walk the chain; a block on GPU counts as GPU, else on CPU as CPU, else the run ends."""
+    """Per worker: walk the chain; a block on GPU counts as GPU, else on CPU as CPU, else in any other
+    medium as other (llm-d: any tier keeps the pod in the run); held nowhere, the run ends."""
     result = {}
     for w in workers:
         gpu, cpu = brute_held(log, w, "GPU"), brute_held(log, w, "CPU")
-        g = c = 0
+        anywhere = set().union(*(brute_held(log, w, m) for m in MEDIA))
+        g = c = o = 0
         for h in chain:
             if h in gpu:
                 g += 1
             elif h in cpu:
                 c += 1
+            elif h in anywhere:
+                o += 1
             else:
                 break
-        result[w] = (g, c)
+        result[w] = (g, c, o)
     return result
 
 
@@ -95,12 +99,24 @@ def test_match_counts_cpu_only_blocks_after_the_gpu_ones():
     index.apply("a", [stored([1, 2]), stored([2, 3, 4], "CPU")])
     index.apply("b", [stored([1, 2, 3], "CPU")])
     index.add_worker("c")
-    assert index.match([1, 2, 3, 4, 9]) == {"a": (2, 2), "b": (0, 3), "c": (0, 0)}
-    assert index.match([2, 3]) == {"a": (1, 1), "b": (0, 2), "c": (0, 0)}
-    assert index.match([9, 1]) == {"a": (0, 0), "b": (0, 0), "c": (0, 0)}      # a run starts at block 0
+    assert index.match([1, 2, 3, 4, 9]) == {"a": (2, 2, 0), "b": (0, 3, 0), "c": (0, 0, 0)}
+    assert index.match([2, 3]) == {"a": (1, 1, 0), "b": (0, 2, 0), "c": (0, 0, 0)}
+    assert index.match([9, 1]) == {"a": (0, 0, 0), "b": (0, 0, 0), "c": (0, 0, 0)}      # a run starts at block 0
     assert index.workers_for(2) == {"a": {"GPU", "CPU"}, "b": {"CPU"}}
     index.apply("a", [AllBlocksCleared()])
-    assert index.match([1]) == {"a": (0, 0), "b": (0, 1), "c": (0, 0)}
+    assert index.match([1]) == {"a": (0, 0, 0), "b": (0, 1, 0), "c": (0, 0, 0)}
+
+
+def test_a_block_on_another_medium_does_not_end_the_run():
+    """llm-d (LongestPrefixScorer at a378f5b): a pod stays in the run while it holds the key in any
+    tier; vLLM's third medium, "STORAGE", counts as other."""
+    index = KVBlockIndex()
+    index.apply("a", [stored([1]), stored([2], "STORAGE"), stored([3], "CPU"), stored([4])])
+    index.apply("b", [stored([1]), stored([2, 3], "STORAGE"), stored([3], "CPU")])
+    match = index.match([1, 2, 3, 4, 5])
+    assert match["a"] == (2, 1, 1), "the STORAGE block 2 keeps a's run going to block 4"
+    assert match["a"].blocks == 4, "the run's length counts every medium"
+    assert match["b"] == (1, 1, 1), "a block on CPU and STORAGE counts as CPU"
 
 
 def test_real_pool_events():

@@ -1,11 +1,15 @@
 """The routers of nano_engine.routing against brute-force references on hand-built indexes and loads."""
 
+import copy
 import math
 import random
+from collections import Counter
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
+from nano_engine.radix import RadixCache
 from nano_engine.routing import (
     POLICIES,
     ApproxTreePolicy,
@@ -119,14 +123,14 @@ def test_dynamo_temperature_zero_is_argmin_and_high_temperature_spreads():
 
 
 def brute_llmd(holdings, hashes, in_flight, active_blocks, capacity, tiers=None, weights=None):
-    tiers = tiers or {"GPU": 1.0, "CPU": 0.8}
+    tiers = tiers or {"GPU": 1.0, "CPU": 0.8}     # any other medium: 1.0 (llm-d's getMaxWeight)
     weights = weights or {"prefix": 2.0, "queue": 1.0, "kv-cache": 1.0}
     n = len(in_flight)
     raw = {}
     for w in range(n):
         s, held = 0.0, holdings.get(w, {})
         for h in hashes:
-            best = max((tiers[m] for m, hs in held.items() if h in hs), default=None)
+            best = max((tiers.get(m, 1.0) for m, hs in held.items() if h in hs), default=None)
             if best is None:
                 break
             s += best
@@ -157,7 +161,8 @@ def test_llmd_matches_the_weighted_scorers():
         for w in range(n):
             cut = rng.randint(0, len(h))
             split = rng.randint(0, cut)
-            holdings[w] = {"GPU": [x for x in h[:split] if rng.random() < 0.9], "CPU": h[split:cut]}
+            holdings[w] = {"GPU": [x for x in h[:split] if rng.random() < 0.9], "CPU": h[split:cut],
+                           "STORAGE": [x for x in h if rng.random() < 0.3]}
         policy = LlmdPolicy(n, FakeIndex(holdings), capacity_blocks=40, seed=trial)
         for w in range(n):
             load(policy, w, rng.randint(0, 12), n=rng.randint(0, 3))
@@ -173,6 +178,34 @@ def test_llmd_cpu_tier_weighs_less_than_gpu():
     # raw 5.0, 4.0, 3.0 -> normalised 1, 0.5, 0; equal loads.
     assert policy.scores(req)["prefix"] == pytest.approx([1.0, 0.5, 0.0])
     assert policy.pick(req) == 0
+
+
+def test_llmd_a_block_on_another_medium_keeps_the_run_going():
+    """llm-d (LongestPrefixScorer at a378f5b): a pod stays in the run while it holds the key in any
+    tier, and a tier without a configured weight (STORAGE) counts 1.0."""
+    req = request(4)
+    h = req.block_hashes
+    holdings = {0: {"GPU": [h[0], h[2], h[3]], "STORAGE": [h[1]]}, 1: {"GPU": h[:1], "CPU": h[1:2]},
+                2: {"CPU": [h[0]], "STORAGE": [h[0], h[1]]}}
+    policy = LlmdPolicy(3, FakeIndex(holdings), capacity_blocks=100)
+    # raw: 1 + 1 (storage) + 1 + 1 = 4; 1 + 0.8 = 1.8; max(0.8, 1.0) + 1.0 = 2.0
+    assert policy.scores(req)["prefix"] == pytest.approx([1.0, 0.0, (2.0 - 1.8) / (4 - 1.8)])
+    # Dynamo's overlap is the leading device run: the STORAGE block ends it
+    assert DynamoPolicy(3, FakeIndex(holdings)).logits(req) == [(16 - 4) / 4 + 4, (16 - 4) / 4 + 4, 16 / 4 + 4]
+
+
+def test_dynamo_breaks_ties_uniformly_at_random_and_seeded():
+    """Dynamo at 01690d4 (select_worker, reservoir sampling): tied minima are equally likely."""
+    req = request(4)
+    holdings = {w: {"GPU": req.block_hashes[:2]} for w in (0, 2, 3)}      # workers 0, 2, 3 tie; 1 costs more
+    policy = DynamoPolicy(4, FakeIndex(holdings), seed=11)
+    sequence = [policy.pick(req) for _ in range(3000)]
+    picks = Counter(sequence)
+    assert set(picks) == {0, 2, 3}, picks
+    for w in (0, 2, 3):     # 1000 expected each; 5 standard deviations is +-129
+        assert 870 < picks[w] < 1130, (w, picks)
+    again = DynamoPolicy(4, FakeIndex(holdings), seed=11)
+    assert [again.pick(req) for _ in range(3000)] == sequence, "seeded: the same draws"
 
 
 def test_cache_blind_policies():
@@ -193,15 +226,82 @@ def test_cache_blind_policies():
     assert [again.pick(req) for _ in range(400)] == picks      # seeded: the same draws
 
 
-def test_approx_is_chapter_05s_tree_router():
-    policy = ApproxTreePolicy(2)
-    a = RoutingRequest(list(range(100)), [], 100, 4)
-    b = RoutingRequest(list(range(100)) + [7], [], 101, 4)
-    first = policy.route(a)
-    assert policy.route(b) == first                 # affinity: the tree believes it is cached there
-    assert policy.tree_router.reasons["affinity"] == 1
-    policy.on_finished(first, a)
-    assert policy.tree_router.load[first] == 1 == policy.loads.in_flight[first]
+A, B, C = list(range(100, 140)), list(range(200, 240)), list(range(300, 340))
+
+
+def tokens(prompt) -> RoutingRequest:
+    return RoutingRequest.of(prompt)
+
+
+def test_approx_affinity_then_smallest_tree():
+    policy = ApproxTreePolicy(3, cache_threshold=0.5)
+    assert policy.route(tokens(A + [1])) == 0          # nothing cached anywhere: smallest tree (ties: index)
+    assert policy.route(tokens(B + [1])) == 1          # A's worker is no longer the smallest
+    assert policy.route(tokens(A + [2])) == 0          # 40 of 41 tokens match on worker 0
+    assert policy.route(tokens(A[:10] + C)) == 2       # 10 / 50 = 0.2 <= threshold: smallest tree
+    assert policy.reasons == {"smallest": 3, "affinity": 1}
+    assert policy.match_lengths(tokens(A + [3])) == [40, 0, 10]
+    assert policy.loads.routed == [2, 1, 1]
+
+
+def test_approx_sends_to_the_least_loaded_when_imbalanced_and_records_it_there():
+    policy = ApproxTreePolicy(2, cache_threshold=0.5, balance_abs_threshold=2, balance_rel_threshold=1.5)
+    for i in range(3):
+        assert policy.route(tokens(A + [i])) == 0      # affinity: gap 3 - 0 > 2 only after the third
+    assert policy.is_imbalanced()
+    assert policy.route(tokens(A + [9])) == 1 and policy.reasons["balance"] == 1
+    assert policy.match_lengths(tokens(A + [9, 5]))[1] == 41     # the prompt is in worker 1's tree now
+    # Both conditions are needed: a big gap is fine if the relative one is small.
+    relaxed = ApproxTreePolicy(2, balance_abs_threshold=2, balance_rel_threshold=1.5)
+    relaxed.loads.in_flight[:] = [10, 7]
+    assert not relaxed.is_imbalanced()
+
+
+def test_approx_counts_a_requests_load_once():
+    """The balance rule reads the one load every policy keeps (``loads.in_flight``): a router
+    restarted with the old loads (cluster.py hands them over) balances on them at once."""
+    policy = ApproxTreePolicy(2, balance_abs_threshold=2, balance_rel_threshold=1.5)
+    first = policy.route(tokens(A + [1]))
+    assert policy.route(tokens(A + [2])) == first, "affinity"
+    policy.loads.in_flight[first] += 10                # requests still in flight from before a restart
+    assert policy.route(tokens(A + [3])) == 1 - first, "the balance rule sees the handed-over load"
+    assert policy.reasons["balance"] == 1
+    assert not hasattr(policy, "tree_router"), "no second router inside, no second count"
+
+
+def test_approximate_trees_are_trimmed_least_recently_used_first():
+    policy = ApproxTreePolicy(1, tree_capacity=100)
+    policy.route(tokens(A + [1]))                      # 41 tokens
+    policy.route(tokens(B + [1]))                      # 82
+    policy.route(tokens(A + [2]))                      # A is fresh again; 83
+    policy.route(tokens(C + [1]))                      # 124 > 100: B's branch (least recent) goes
+    assert policy.trees[0].total_size() <= 100
+    assert [policy.match_lengths(tokens(x)) for x in (A, B, C)] == [[40], [0], [40]]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=12), min_size=1, max_size=8),
+       st.lists(st.integers(0, 3), max_size=14), st.sampled_from([1, 2, 3]))
+def test_match_length_is_match_prefix_without_side_effects(inserted, key, page_size):
+    tree = RadixCache(page_size=page_size)
+    slot = 0
+    for prompt in inserted:
+        n = len(prompt) // page_size * page_size
+        tree.insert(prompt, list(range(slot, slot + n)) + [0] * (len(prompt) - n))
+        slot += n
+    before = [(n.id, n.key, n.last_access) for n in tree.nodes()]
+    length = tree.match_length(key)
+    assert [(n.id, n.key, n.last_access) for n in tree.nodes()] == before      # nothing changed
+    assert length == len(copy.deepcopy(tree).match_prefix(key)[0])
+
+
+def test_one_name_per_policy():
+    """make_policy knows each policy by one name; chapter 05's old spellings are not names."""
+    assert POLICIES == ("random", "round-robin", "least-loaded", "approx", "dynamo", "llm-d")
+    for old in ("round_robin", "least_load", "cache_aware"):
+        with pytest.raises(ValueError, match="unknown router"):
+            make_policy(old, 2)
+    assert {make_policy(name, 2, index=FakeIndex({})).name for name in POLICIES} == set(POLICIES)
 
 
 def test_bad_arguments():
