@@ -33,12 +33,21 @@ turns a hash into its published form.
 Across processes these dataclasses travel as vLLM 0.33.0 encodes its own (``nano_engine.kv_wire``:
 msgspec / msgpack, byte for byte), over ZeroMQ as vLLM sends them (``nano_engine.kv_pubsub``). The
 fields after ``lora_name`` (``group_idx``, ``kv_cache_spec_kind``, ...) are vLLM's, carried for
-that: this package's pools leave them ``None``.
+that. vLLM 0.33 always writes ``group_idx`` (``BlockPool._build_block_stored_event`` and
+``_emit_block_removed_events``, ``vllm/v1/core/block_pool.py``) and, on ``BlockStored``, the group's
+``kv_cache_spec_kind`` (``KVCacheManager.take_events``): vLLM mode writes them as vLLM does for a
+model whose layers are all full attention (one group, 0, ``"full_attention"``); the chapter's pool
+leaves them ``None``, as do the rest.
 """
 
 from collections import Counter
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
+
+FULL_ATTENTION_GROUP = 0
+"""vLLM's ``group_idx`` for a model with one KV cache group (all layers full attention, as Qwen3's)."""
+FULL_ATTENTION_KIND = "full_attention"
+"""vLLM's ``KVCacheSpecKind.FULL_ATTENTION`` (``vllm/v1/kv_cache_interface.py``), that group's kind."""
 
 
 @dataclass(frozen=True)
@@ -53,8 +62,8 @@ class BlockStored:
     extra_keys: list[tuple | None] | None  # per block: the extra keys mixed into its hash (vLLM mode: untagged), or None
     medium: str = "GPU"  # where the blocks are: "GPU" (the device pool) or "CPU" (a host tier, offload.py)
     lora_name: Hashable | None = None  # vLLM mode: the LoRA adapter's name (vLLM's BlockStored.lora_name)
-    # vLLM 0.33's further fields, carried for wire compatibility (nano_engine.kv_wire); this
-    # package's pools leave them None, as a vLLM consumer reads an omitted field.
+    # vLLM 0.33's further fields, carried for wire compatibility (nano_engine.kv_wire); vLLM mode sets
+    # group_idx and kv_cache_spec_kind as vLLM does, the rest stay None (an omitted field on the wire).
     group_idx: int | None = None  # the KV cache group (vLLM: one per attention type; 0 for a plain model)
     kv_cache_spec_kind: str | None = None  # e.g. "full_attention"
     kv_cache_spec_sliding_window: int | None = None

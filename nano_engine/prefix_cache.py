@@ -101,7 +101,14 @@ from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from nano_engine.hashing import HashAlgo, HashFunction, make_hash_function, none_hash
-from nano_engine.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
+from nano_engine.kv_events import (
+    FULL_ATTENTION_GROUP,
+    FULL_ATTENTION_KIND,
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    KVEvent,
+)
 from nano_engine.paged import BlockPool
 
 MMInput = tuple[Hashable, int, int]  # (identifier of a non-text input, first token position, number of tokens)
@@ -774,7 +781,10 @@ class VllmPrefixCachingBlockPool(PrefixCachingBlockPool):
         return h
 
     def _emit_stored(self, run: list, parent_hash: Hashable | None, extra: ExtraKeys) -> None:
-        """``BlockPool.cache_full_blocks``' event: hashes converted, extra keys untagged."""
+        """``BlockPool.cache_full_blocks``' event: hashes converted, extra keys untagged; the KV cache
+        group (``group_idx``, ``BlockPool._build_block_stored_event``) and its kind
+        (``kv_cache_spec_kind``, added by ``KVCacheManager.take_events``) as vLLM 0.33 always
+        writes them for a model with one full-attention group."""
         if run and self._subscribers:
             self._emit(BlockStored(
                 block_hashes=[self.event_hash(h) for h, _, _ in run],
@@ -784,9 +794,12 @@ class VllmPrefixCachingBlockPool(PrefixCachingBlockPool):
                 lora_id=extra.lora_id,
                 extra_keys=[untagged_extra_keys(keys) for _, _, keys in run],
                 lora_name=None if extra.lora_id is None else lora_name_and_path(extra.lora_id)[0],
+                group_idx=FULL_ATTENTION_GROUP,
+                kv_cache_spec_kind=FULL_ATTENTION_KIND,
             ))
 
     def _emit_removed(self, hashes: list[Hashable]) -> None:
-        """``BlockPool._emit_block_removed_events``: one ``BlockRemoved`` per evicted block."""
+        """``BlockPool._emit_block_removed_events``: one ``BlockRemoved`` per evicted block, with its
+        group (``group_idx``)."""
         for h in hashes:
-            self._emit(BlockRemoved([self.event_hash(h)]))
+            self._emit(BlockRemoved([self.event_hash(h)], group_idx=FULL_ATTENTION_GROUP))

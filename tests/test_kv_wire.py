@@ -9,6 +9,9 @@ decode with them, a vLLM consumer reads our engine; if theirs decode with ours, 
 
 from __future__ import annotations
 
+import ast
+import os
+import zipfile
 from collections import Counter
 from dataclasses import replace
 from typing import Any
@@ -76,17 +79,24 @@ vllm_encoder = msgspec.msgpack.Encoder()     # ZmqEventPublisher._publisher_thre
 
 # -- helpers ------------------------------------------------------------------------------------------
 
-def to_vllm(event) -> VBlockStored | VBlockRemoved | VAllBlocksCleared:
-    """Our event as vLLM's struct, field by field (what a vLLM engine would have published)."""
+def to_vllm(event, structs=None) -> Any:
+    """Our event as vLLM's struct, field by field (what a vLLM engine would have published);
+    ``structs``: the three classes to build (the transcription by default)."""
+    stored_cls, removed_cls, cleared_cls = structs or (VBlockStored, VBlockRemoved, VAllBlocksCleared)
     if isinstance(event, BlockStored):
-        return VBlockStored(block_hashes=list(event.block_hashes), parent_block_hash=event.parent_block_hash,
-                            token_ids=list(event.token_ids), block_size=event.block_size,
-                            lora_id=event.lora_id if isinstance(event.lora_id, int) else None,
-                            medium=event.medium, lora_name=event.lora_name,
-                            extra_keys=event.extra_keys, group_idx=event.group_idx)
+        return stored_cls(block_hashes=list(event.block_hashes), parent_block_hash=event.parent_block_hash,
+                          token_ids=list(event.token_ids), block_size=event.block_size,
+                          lora_id=event.lora_id if isinstance(event.lora_id, int) else None,
+                          medium=event.medium, lora_name=event.lora_name,
+                          extra_keys=event.extra_keys, group_idx=event.group_idx,
+                          kv_cache_spec_kind=event.kv_cache_spec_kind,
+                          kv_cache_spec_sliding_window=event.kv_cache_spec_sliding_window, locality=event.locality,
+                          ownership=event.ownership, session_id=event.session_id,
+                          lookahead_token_ids=event.lookahead_token_ids)
     if isinstance(event, BlockRemoved):
-        return VBlockRemoved(block_hashes=list(event.block_hashes), medium=event.medium, group_idx=event.group_idx)
-    return VAllBlocksCleared()
+        return removed_cls(block_hashes=list(event.block_hashes), medium=event.medium, group_idx=event.group_idx,
+                           locality=event.locality, ownership=event.ownership)
+    return cleared_cls()
 
 
 def as_plain(value):
@@ -142,6 +152,67 @@ def test_all_of_vllms_fields_come_through():
     assert ours_removed == BlockRemoved([3], medium="GPU", group_idx=1, locality="REMOTE", ownership="x")
     # and back: our bytes are vLLM's bytes
     assert encode_batch([ours_stored, ours_removed], ts, rank) == payload
+
+
+def test_vllm_mode_events_carry_the_group_as_vllm_writes_them():
+    """vLLM 0.33 always writes ``group_idx`` (block_pool.py: ``_build_block_stored_event``,
+    ``_emit_block_removed_events``) and, on BlockStored, the group's ``kv_cache_spec_kind``
+    (``KVCacheManager.take_events``); a one-group full-attention model has group 0."""
+    events = pool_events(40, seed=3)
+    stored = [e for e in events if isinstance(e, BlockStored)]
+    removed = [e for e in events if isinstance(e, BlockRemoved)]
+    assert stored and removed, "the helper's pool stores and evicts"
+    assert {(e.group_idx, e.kv_cache_spec_kind, e.kv_cache_spec_sliding_window) for e in stored} == \
+        {(0, "full_attention", None)}, "BlockStored: group 0, full attention, no window"
+    assert {e.group_idx for e in removed} == {0}, "BlockRemoved: group 0"
+    plain = msgspec.msgpack.decode(encode_batch(events, 1.0))
+    stored_keys = {tuple(e) for e in plain[1] if e["type"] == "BlockStored"}
+    assert stored_keys == {("type", "block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id",
+                            "medium", "lora_name", "extra_keys", "group_idx", "kv_cache_spec_kind")}, \
+        "on the wire: vLLM's seven fields, extra_keys, group_idx and kv_cache_spec_kind"
+    assert {tuple(e) for e in plain[1] if e["type"] == "BlockRemoved"} == \
+        {("type", "block_hashes", "medium", "group_idx")}, "BlockRemoved: with group_idx"
+
+
+VLLM_WHEEL = os.environ.get("NANO_ENGINE_VLLM_WHEEL")
+
+
+def vllm_own_structs(source: str) -> dict[str, Any]:
+    """vLLM's event structs, executed from the source of ``vllm/distributed/kv_events.py`` alone: its
+    constants and the six struct classes, without importing the rest of vLLM (only msgspec)."""
+    wanted = {"EventBatch", "KVCacheEvent", "BlockStored", "BlockRemoved", "AllBlocksCleared", "KVEventBatch"}
+    tree = ast.parse(source)
+    body = [node for node in tree.body if (isinstance(node, ast.ClassDef) and node.name in wanted)
+            or (isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) and t.id.startswith("MEDIUM_")
+                                                     for t in node.targets))]
+    assert {n.name for n in body if isinstance(n, ast.ClassDef)} == wanted, "vLLM's file changed shape"
+    namespace: dict[str, Any] = {"__name__": "vllm_kv_events", "msgspec": msgspec, "Any": Any,
+                                 "ExternalBlockHash": bytes | int}     # vllm/v1/core/kv_cache_utils.py l. 57
+    code = compile(ast.Module(body=body, type_ignores=[]), "vllm/distributed/kv_events.py", "exec", dont_inherit=True)
+    exec(code, namespace)     # as the file runs it: without this test file's `from __future__ import annotations`
+    return namespace
+
+
+@pytest.mark.skipif(not VLLM_WHEEL, reason="set NANO_ENGINE_VLLM_WHEEL to vLLM 0.33.0's wheel (pip download "
+                                           "--no-deps vllm==0.33.0) to decode with vLLM's own structs")
+def test_our_bytes_decode_with_vllms_own_structs_from_its_wheel():
+    """Not the transcription: the classes of the released file, read out of the wheel."""
+    with zipfile.ZipFile(VLLM_WHEEL) as wheel:
+        version = wheel.read("vllm/_version.py").decode()
+        vllm = vllm_own_structs(wheel.read("vllm/distributed/kv_events.py").decode())
+    assert "'0.33.0'" in version or '"0.33.0"' in version, "the wheel is vLLM 0.33.0"
+    events = pool_events(40, seed=3) + [AllBlocksCleared()]
+    payload = encode_batch(events, ts=17.25, data_parallel_rank=0)
+    batch = msgspec.msgpack.Decoder(vllm["KVEventBatch"]).decode(payload)
+    structs = (vllm["BlockStored"], vllm["BlockRemoved"], vllm["AllBlocksCleared"])
+    assert batch.events == [to_vllm(e, structs) for e in events], "vLLM reads every field as we meant it"
+    stored = [e for e in batch.events if isinstance(e, vllm["BlockStored"])]
+    assert {(e.group_idx, e.kv_cache_spec_kind, e.medium) for e in stored} == {(0, "full_attention", "GPU")}
+    assert msgspec.msgpack.Encoder().encode(batch) == payload, "vLLM would write the same bytes"
+    # and vLLM's bytes read back as our events (vLLM's lora_id is an int: the pool's name is in lora_name)
+    expected = [replace(e, lora_id=None) if isinstance(e, BlockStored) and not isinstance(e.lora_id, int) else e
+                for e in events]
+    assert decode_batch(msgspec.msgpack.Encoder().encode(batch)) == (17.25, expected, 0)
 
 
 def test_wire_shape_is_an_array_of_tagged_maps():
