@@ -49,9 +49,11 @@ import os
 import shutil
 import signal
 import tempfile
+import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,6 +66,13 @@ logger = logging.getLogger(__name__)
 
 CALL_TIMEOUT_S = 30.0
 """How long the router waits for an instance's answer, or for its events, before giving up."""
+MAX_CAPACITY_TOKENS = 1 << 30
+"""The largest cache an instance may be given (tokens): 2,097,152 blocks of 512, about 400 MB of the
+simulated pool's bookkeeping (some 200 bytes per block) in each instance process. Mooncake's whole
+conversation trace is 145M prompt tokens."""
+MAX_REQUEST_TOKENS = 1 << 53
+"""The longest prompt or output a trace request may have: the TTFT model computes times in floating
+point, exact for integers up to 2**53."""
 
 
 class ClusterError(RuntimeError):
@@ -101,6 +110,10 @@ class ClusterConfig:
         if self.router not in POLICIES:
             raise ValueError(f"unknown router {self.router!r}; choose one of {', '.join(POLICIES)}")
         whole("capacity_tokens", self.capacity_tokens, TOKENS_PER_ID)
+        if self.capacity_tokens > MAX_CAPACITY_TOKENS:
+            raise ValueError(f"capacity_tokens {self.capacity_tokens:.3g} is more than an instance can be given: at "
+                             f"most 2**30 = {MAX_CAPACITY_TOKENS:,} tokens ({MAX_CAPACITY_TOKENS // TOKENS_PER_ID:,} "
+                             "blocks of 512, about 400 MB of bookkeeping per instance process)")
         if not (isinstance(self.drop_rate, (int, float)) and 0 <= self.drop_rate < 1):
             raise ValueError(f"drop_rate must be in [0, 1), got {self.drop_rate!r}")
         if self.restart_instance is not None:
@@ -125,6 +138,23 @@ class ClusterConfig:
             except TypeError as error:
                 raise ValueError(f"router_options {dict(self.router_options)} do not apply to the {self.router} "
                                  f"router ({error})") from None
+
+
+def check_trace(trace: Trace) -> None:
+    """Refuse, in one line naming the request, a trace the TTFT model cannot compute with: a length
+    above :data:`MAX_REQUEST_TOKENS`, a timestamp that is not a finite number."""
+    for i, r in enumerate(trace.requests):
+        for name in ("input_length", "output_length"):
+            value = getattr(r, name)
+            if not isinstance(value, int) or not 0 <= value <= MAX_REQUEST_TOKENS:
+                size = f"an integer of {value.bit_length()} bits" if isinstance(value, int) else repr(value)
+                raise ValueError(f"trace {trace.name!r}, request {i}: {name} is {size}; the TTFT model takes "
+                                 f"lengths from 0 to 2**53 tokens")
+        if not (isinstance(r.timestamp, (int, float)) and math.isfinite(r.timestamp)
+                and abs(r.timestamp) <= MAX_REQUEST_TOKENS):
+            size = f"an integer of {r.timestamp.bit_length()} bits" if isinstance(r.timestamp, int) else repr(r.timestamp)
+            raise ValueError(f"trace {trace.name!r}, request {i}: timestamp is {size}; the TTFT model takes "
+                             "finite times up to 2**53 ms")
 
 
 class _NoIndex:
@@ -303,6 +333,25 @@ class ClusterResult:
         }
 
 
+@contextmanager
+def signals_held(signums: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM)) -> Iterator[None]:
+    """Run the block with ``signums`` only remembered, then restore their handlers and deliver what
+    arrived (once each), so that the block finishes: Python raises a signal's exception at whatever
+    line runs, a ``finally`` included. Signals reach the main thread only: elsewhere, nothing held."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    arrived: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, frame: arrived.append(signum)) for s in signums}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)
+        for s in dict.fromkeys(arrived):
+            signal.raise_signal(s)
+
+
 def jaccard(a: set, b: set) -> float:
     """|a & b| / |a | b|; 1.0 for two empty sets."""
     union = len(a | b)
@@ -393,16 +442,19 @@ class Cluster:
 
     def close(self) -> None:
         """Stop every child (politely, then terminate, then kill), close the subscribers, remove the
-        socket folder. Safe to call twice, and from a failed start."""
-        for sub in self.subs:
-            if sub is not None:
-                sub.close()
-        self.subs = []
-        for k, proc in enumerate(self.procs):
-            if proc is None:
-                continue
-            self._stop(k)
-        shutil.rmtree(self._dir, ignore_errors=True)
+        socket folder. Safe to call twice, and from a failed start. SIGINT and SIGTERM are held until
+        it is done (a second Ctrl-C or ``kill`` right after the first would otherwise cut it short and
+        leave the folder behind); every wait in it has a timeout, so they are held for seconds at most."""
+        with signals_held():
+            for sub in self.subs:
+                if sub is not None:
+                    sub.close()
+            self.subs = []
+            for k, proc in enumerate(self.procs):
+                if proc is None:
+                    continue
+                self._stop(k)
+            shutil.rmtree(self._dir, ignore_errors=True)
 
     def _stop(self, k: int) -> None:
         proc, conn = self.procs[k], self.conns[k]
@@ -554,6 +606,7 @@ class Cluster:
         """Route every request of ``trace`` (in order, arriving at its timestamp) and run the
         instances until all are done. ``fail_after``: raise ``fault`` after that request (the
         tests' injected failure; ``KeyboardInterrupt`` stands for Ctrl-C)."""
+        check_trace(trace)
         c = self.config
         n = c.instances
         self.policy = self._make_policy()
@@ -630,7 +683,8 @@ class Cluster:
 
 
 def run_cluster(trace: Trace, config: ClusterConfig, *, progress: bool = False) -> ClusterResult:
-    """Start the cluster, run ``trace`` through it, and reap every process, whatever happens."""
+    """Check the trace, start the cluster, run ``trace`` through it, and reap every process, whatever happens."""
+    check_trace(trace)
     with Cluster(config) as cluster:
         return cluster.run(trace, progress=progress)
 

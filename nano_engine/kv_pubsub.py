@@ -33,7 +33,12 @@ replay, and the bookkeeping that turns an unreliable stream into an exact one:
   probe: the last batches of a burst can be dropped with nothing after them to show the gap);
 - a live ``seq`` that goes **backwards** means the engine restarted (a new publisher counts from 0
   again; its cache is empty): ``on_reset(worker)``, then everything from 0 again
-  (``restarts_detected``);
+  (``restarts_detected``). Unless it is a batch heard before: ZeroMQ can deliver a message twice (a
+  reconnect can), and nothing the stream says twice may reset a worker. A live batch whose ``seq``
+  and bytes equal one of the last :data:`DUPLICATE_WINDOW` batches is a duplicate; any other
+  backwards ``seq`` is first checked with the replay socket (the anchor below: the same publisher
+  answers with the batch we applied last), and only a failed check is a restart. Without replay
+  there is nothing to ask, and a backwards ``seq`` with new bytes is taken for a restart;
 - but a restart can also come with no live batch at all, or with the new publisher already past
   the old ``seq`` when the subscriber reconnects (vLLM's format names no publisher and no epoch).
   So every replay request starts one batch early, at the last batch applied (the *anchor*), and
@@ -63,12 +68,14 @@ the replay thread's 50 ms poll, ``close``'s join.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import logging
+import os
 import random
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable, Sequence
 from urllib.parse import urlsplit
 
@@ -81,6 +88,13 @@ logger = logging.getLogger(__name__)
 
 END_SEQ = (-1).to_bytes(8, "big", signed=True)     # vLLM's ZmqEventPublisher.END_SEQ
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]", "::1")
+DUPLICATE_WINDOW = 1024
+"""How many recent batches a subscriber remembers (seq and a digest of the bytes) to tell a live
+batch delivered twice from a restarted publisher at once."""
+
+
+def _digest(payload: bytes) -> bytes:
+    return hashlib.blake2b(payload, digest_size=16).digest()
 
 
 def check_endpoint(endpoint: str) -> str:
@@ -107,6 +121,20 @@ def _bind(sock: zmq.Socket, endpoint: str) -> str:
     except zmq.ZMQError as error:
         raise ValueError(f"cannot bind {endpoint}: {error} (port 0 picks a free one)") from None
     return sock.getsockopt_string(zmq.LAST_ENDPOINT)
+
+
+def _ipc_path(endpoint: str) -> str | None:
+    """The file an ``ipc://`` endpoint binds (None for another transport, or Linux's abstract ``@`` names)."""
+    if not endpoint.startswith("ipc://") or endpoint.startswith("ipc://@"):
+        return None
+    return endpoint[len("ipc://"):]
+
+
+def _same_address(a: str, b: str) -> bool:
+    """Do two endpoints name one address (the same ipc:// file, or the same TCP host and fixed port)?"""
+    if _ipc_path(a) is not None and _ipc_path(b) is not None:
+        return os.path.abspath(_ipc_path(a) or "") == os.path.abspath(_ipc_path(b) or "")
+    return a == b and not a.endswith((":0", ":*"))
 
 
 def _seq_bytes(seq: int) -> bytes:
@@ -144,6 +172,9 @@ class KVEventPublisher:
         check_endpoint(endpoint)
         if replay_endpoint is not None:
             check_endpoint(replay_endpoint)
+            if _same_address(endpoint, replay_endpoint):
+                raise ValueError(f"the replay endpoint must differ from the PUB endpoint, got {endpoint} for both "
+                                 "(ipc://: the second bind would take the first one's socket file)")
         self.topic, self.buffer_steps, self.drop_rate = topic, buffer_steps, drop_rate
         self.data_parallel_rank = data_parallel_rank
         self.num_dropped = 0                      # batches drop_rate kept off the PUB socket
@@ -158,23 +189,35 @@ class KVEventPublisher:
         self._replay: zmq.Socket | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._socket_files: list[tuple[str, int, int]] = []   # ipc:// files we bound: (path, device, inode)
         try:
             self._pub = self._ctx.socket(zmq.PUB)
             self._pub.setsockopt(zmq.SNDHWM, hwm)
             self._pub.setsockopt(zmq.LINGER, 0)
-            self.endpoint = _bind(self._pub, endpoint)
+            self.endpoint = self._bind(self._pub, endpoint)
             self.replay_endpoint: str | None = None
             if replay_endpoint is not None:
                 self._replay = self._ctx.socket(zmq.ROUTER)
                 self._replay.setsockopt(zmq.SNDHWM, 2 * (buffer_steps + 1))
                 self._replay.setsockopt(zmq.LINGER, 0)
-                self.replay_endpoint = _bind(self._replay, replay_endpoint)
+                self.replay_endpoint = self._bind(self._replay, replay_endpoint)
         except BaseException:
             self._close_sockets()
             raise
         if self._replay is not None:
             self._thread = threading.Thread(target=self._serve_replay, name="kv-replay", daemon=True)
             self._thread.start()
+
+    def _bind(self, sock: zmq.Socket, endpoint: str) -> str:
+        bound = _bind(sock, endpoint)
+        path = _ipc_path(bound)
+        if path is not None:
+            try:
+                st = os.stat(path)
+                self._socket_files.append((path, st.st_dev, st.st_ino))
+            except OSError:
+                pass
+        return bound
 
     @property
     def bound_endpoints(self) -> tuple[str, str | None]:
@@ -249,6 +292,16 @@ class KVEventPublisher:
                 sock.close(linger=0)
         if self._own_ctx:
             self._ctx.term()
+        # libzmq (4.3.5) leaves an ipc:// socket's file behind: remove ours, unless another
+        # publisher has bound the path since (then the file is not the one we made)
+        for path, device, inode in self._socket_files:
+            try:
+                st = os.stat(path)
+                if (st.st_dev, st.st_ino) == (device, inode):
+                    os.unlink(path)
+            except OSError:
+                pass
+        self._socket_files = []
 
     def __enter__(self) -> KVEventPublisher:
         return self
@@ -312,6 +365,8 @@ class KVEventSubscriber:
         self._replay_anchor = -1               # the seq it asked from (start - 1 to check continuity)
         self._replay_unanswered = False        # no message of its answer yet
         self._replay_attempts = 0              # requests in a row with that start
+        self._recent: OrderedDict[int, bytes] = OrderedDict()   # seq -> digest of its bytes, the last batches
+        self._check_restart = False            # a live seq went backwards: ask the replay socket before resetting
         self._started = False
         self._warned_silent = False
         self._silent_ms = 0                    # time polled before anything arrived
@@ -404,15 +459,39 @@ class KVEventSubscriber:
 
     def _on_live(self, seq: int, payload: bytes) -> None:
         if self._last_live is not None and seq <= self._last_live:
+            if self._recent.get(seq) == _digest(payload):
+                self.duplicates += 1             # the same batch again (ZeroMQ can deliver twice): nothing new
+                return
+            if self.replay and self.expected > 0 and self._last_payload is not None:
+                self._suspect_restart(seq)       # the replay socket decides; this batch is replayed if needed
+                return
             self._restart(f"seq went backwards ({seq} after {self._last_live})")
         self._last_live = seq
         self._on_batch(seq, payload)
+
+    def _suspect_restart(self, seq: int) -> None:
+        """A live ``seq`` at or below the last live one, with bytes not heard before: a restarted
+        publisher, or an old batch delivered again. Ask for a replay from the last batch applied:
+        the same publisher answers with those very bytes (then nothing happened), a new one cannot."""
+        logger.info("KV events from %s: seq %d after %d on the live stream; checking with the replay socket",
+                    self.endpoint, seq, self._last_live)
+        if not self._check_restart:
+            self._check_restart = True
+            if self._replay_sent is None:
+                self._request_replay(self.expected)
+
+    def _remember(self, seq: int, payload: bytes) -> None:
+        self._recent[seq] = _digest(payload)
+        self._recent.move_to_end(seq)
+        while len(self._recent) > DUPLICATE_WINDOW:
+            self._recent.popitem(last=False)
 
     def _on_batch(self, seq: int, payload: bytes) -> None:
         """A batch from either socket: apply it if it is next, keep it if early, skip it if known."""
         if seq < self.expected or seq in self.pending:
             self.duplicates += 1
             return
+        self._remember(seq, payload)
         if seq > self._highest + 1:
             self.gaps_detected += 1
             self._open_gaps.append(seq)
@@ -462,6 +541,8 @@ class KVEventSubscriber:
         self.pending.clear()
         self.expected, self._highest, self._last_payload, self._last_live = 0, -1, None, None
         self._replay_sent, self._replay_start, self._replay_anchor, self._replay_attempts = None, -1, -1, 0
+        self._recent.clear()
+        self._check_restart = False
         if self.on_reset is not None:
             self.on_reset(self.worker)
 
@@ -490,6 +571,8 @@ class KVEventSubscriber:
         self._forget()
         self.pending, self.expected, self._highest = pending, first, max(highest, first - 1)
         self._last_live = last_live
+        for seq, payload in pending.items():
+            self._remember(seq, payload)
         self._apply_ready()
 
     # -- replay ---------------------------------------------------------------------------------------
@@ -527,6 +610,9 @@ class KVEventSubscriber:
                 self._on_batch(seq, payload)            # the new publisher's batch: kept for after 0 .. seq-1
             else:
                 self.duplicates += 1
+                if self._check_restart:                 # the same publisher: a backwards live seq was a repeat
+                    self._check_restart = False
+                    self.duplicates += 1
             return
         if checking and seq > self._replay_anchor:
             self._resync_from(seq, f"the replay buffer starts at seq {seq}, after the last batch applied "
@@ -535,6 +621,13 @@ class KVEventSubscriber:
         self._on_batch(seq, payload)
 
     def _on_replay_end(self) -> None:
+        if self._check_restart and self._replay_sent is None:
+            if self._replay_start == self.expected and self._replay_attempts >= self.max_replay_attempts:
+                self._restart(f"seq went backwards on the live stream and {self._replay_attempts} replay "
+                              "requests did not show the same publisher")
+            else:
+                self._request_replay(self.expected)   # the answer checked nothing (it started elsewhere): again
+            return
         if self.expected > self._highest:
             self._replay_attempts = 0           # nothing missing: the next request starts a new count
             return

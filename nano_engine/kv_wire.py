@@ -45,7 +45,11 @@ Where this package's dataclasses differ, the conversion here decides, in one pla
   published them.
 
 Decoding ignores map keys it does not know (msgspec's default), so a newer vLLM's extra fields do
-not break it; an unknown ``"type"`` or a malformed payload raises :class:`WireError`.
+not break it; an unknown ``"type"`` or a malformed payload raises :class:`WireError`, whatever the
+bytes (a string that is not UTF-8, arrays nested past :data:`MAX_DEPTH` included). Encoding refuses,
+with a :class:`WireError` naming the event and the field, any event this decoder or vLLM's would
+refuse (a field of the wrong type): a subscriber drops a whole batch it cannot decode, so one bad
+event would cost every subscriber the good events beside it.
 
 Where the 0.33 format came from: until vLLM 0.23 events were positional arrays too
 (``["BlockStored", hashes, parent, ...]``); PR #42892 made them maps while the batch stayed an
@@ -64,6 +68,9 @@ from nano_engine.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, K
 
 EVENT_TAGS = ("BlockStored", "BlockRemoved", "AllBlocksCleared")
 _MIN_INT, _MAX_INT = -(1 << 63), (1 << 64) - 1       # what a msgpack int holds
+MAX_DEPTH = 32
+"""How deep ``extra_keys`` may nest (vLLM's own are at most 3 deep: ``("mm", identifier, offset)`` in a
+block's tuple); deeper ones are refused both ways, before they can exhaust a consumer's stack."""
 
 
 class WireError(ValueError):
@@ -135,6 +142,25 @@ def _optional_str(value: Any, what: str) -> str | None:
     raise WireError(f"{what} must be a str or None on vLLM's wire, got {type(value).__name__}: {value!r}")
 
 
+def _depth(value: Any, limit: int = MAX_DEPTH) -> int:
+    """How deep lists and tuples nest in ``value`` (0 for a scalar), counting no further than
+    ``limit + 1``; iterative, so that no input exhausts the stack."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, tuple)):
+            deepest = max(deepest, depth + 1)
+            if depth + 1 <= limit:
+                stack.extend((v, depth + 1) for v in item)
+    return deepest
+
+
+def _extra_keys(keys: Any) -> Any:
+    if keys is not None and _depth(keys, MAX_DEPTH + 1) > MAX_DEPTH + 1:   # + 1: the list of per-block entries
+        raise WireError(f"extra_keys nest deeper than {MAX_DEPTH} levels (vLLM's are at most 3)")
+    return keys
+
+
 def _to_wire(event: KVEvent) -> _BlockStored | _BlockRemoved | _AllBlocksCleared:
     if isinstance(event, BlockStored):
         return _BlockStored(
@@ -146,7 +172,7 @@ def _to_wire(event: KVEvent) -> _BlockStored | _BlockRemoved | _AllBlocksCleared
             lora_id=event.lora_id if isinstance(event.lora_id, int) and not isinstance(event.lora_id, bool) else None,
             medium=event.medium,
             lora_name=_optional_str(event.lora_name, "lora_name"),
-            extra_keys=None if event.extra_keys is None else list(event.extra_keys),
+            extra_keys=None if event.extra_keys is None else _extra_keys(list(event.extra_keys)),
             group_idx=event.group_idx,
             kv_cache_spec_kind=event.kv_cache_spec_kind,
             kv_cache_spec_sliding_window=event.kv_cache_spec_sliding_window,
@@ -169,6 +195,12 @@ def _tuples(value: Any) -> Any:
     return tuple(_tuples(v) for v in value) if isinstance(value, (list, tuple)) else value
 
 
+def _extra_keys_back(keys: list | None) -> list | None:
+    if keys is None:
+        return None
+    return [_tuples(k) for k in _extra_keys(keys)]
+
+
 def _from_wire(event: _BlockStored | _BlockRemoved | _AllBlocksCleared) -> KVEvent:
     if isinstance(event, _BlockStored):
         return BlockStored(
@@ -177,7 +209,7 @@ def _from_wire(event: _BlockStored | _BlockRemoved | _AllBlocksCleared) -> KVEve
             token_ids=event.token_ids,
             block_size=event.block_size,
             lora_id=event.lora_id,
-            extra_keys=None if event.extra_keys is None else [_tuples(k) for k in event.extra_keys],
+            extra_keys=_extra_keys_back(event.extra_keys),
             medium="GPU" if event.medium is None else event.medium,
             lora_name=event.lora_name,
             group_idx=event.group_idx,
@@ -200,14 +232,65 @@ def _from_wire(event: _BlockStored | _BlockRemoved | _AllBlocksCleared) -> KVEve
 def encode_batch(events: Sequence[KVEvent], ts: float, data_parallel_rank: int | None = None) -> bytes:
     """One batch of events as vLLM 0.33's ``msgpack(KVEventBatch(ts, events, data_parallel_rank))``.
 
-    Raises :class:`WireError` for an event that vLLM's format cannot hold (a hash that is neither
-    bytes nor a 64-bit int, a ``lora_name`` that is not a string, extra keys msgpack cannot write).
+    Raises :class:`WireError` for an event that vLLM's format cannot hold, naming the event and the
+    field: a hash that is neither bytes nor a 64-bit int, a field of another type than vLLM's
+    (``token_ids=['x']``, ``block_size='2'`` or ``True``, ``medium=5``, ``group_idx='0'``, ...), an
+    int msgpack cannot write, extra keys nested past :data:`MAX_DEPTH`. The bytes are checked by
+    decoding them with the wire schema (vLLM's types), so nothing leaves that a consumer would drop.
     """
-    batch = _Batch(ts=float(ts), events=[_to_wire(e) for e in events], data_parallel_rank=data_parallel_rank)
     try:
-        return _encoder.encode(batch)
+        ts = float(ts)
+    except (TypeError, ValueError):
+        raise WireError(f"ts must be a number (seconds since the epoch), got {type(ts).__name__}: {ts!r}") from None
+    structs = []
+    for i, event in enumerate(events):
+        try:
+            structs.append(_to_wire(event))
+        except WireError as error:
+            raise WireError(f"KV event {i} ({type(event).__name__}): {error}") from None
+    batch = _Batch(ts=ts, events=structs, data_parallel_rank=data_parallel_rank)
+    try:
+        payload = _encoder.encode(batch)
     except (TypeError, OverflowError, msgspec.EncodeError) as error:
-        raise WireError(f"KV event batch cannot be encoded in vLLM's format: {error}") from None
+        raise WireError(f"KV event batch cannot be encoded in vLLM's format: {_unencodable(batch, events)}: "
+                        f"{error}") from None
+    try:
+        _decoder.decode(payload)
+    except msgspec.ValidationError as error:
+        raise WireError(f"KV event batch not written: {_field_of(error, events)}") from None
+    return payload
+
+
+def _unencodable(batch: _Batch, events: Sequence[KVEvent]) -> str:
+    """Which field msgspec could not write (the first one that fails alone)."""
+    for name in ("ts", "data_parallel_rank"):
+        try:
+            _encoder.encode(getattr(batch, name))
+        except (TypeError, OverflowError, msgspec.EncodeError):
+            return name
+    for i, struct in enumerate(batch.events):
+        for name in struct.__struct_fields__:
+            try:
+                _encoder.encode(getattr(struct, name))
+            except (TypeError, OverflowError, msgspec.EncodeError):
+                return f"KV event {i} ({type(events[i]).__name__}), field {name}"
+    return "a value"
+
+
+_PATH = re.compile(r"^(?P<what>.*) - at `\$\[(?P<top>\d+)\](?:\[(?P<index>\d+)\]\.?(?P<field>\S*))?`$")
+
+
+def _field_of(error: msgspec.ValidationError, events: Sequence[KVEvent]) -> str:
+    """msgspec's "Expected `int`, got `str` - at `$[1][0].block_size`" as "KV event 0 (BlockStored),
+    field block_size: expected `int`, got `str`"."""
+    found = _PATH.match(str(error))
+    if found is None:
+        return str(error)
+    what = found["what"][0].lower() + found["what"][1:]
+    if found["index"] is None:
+        return f"{('ts', 'events', 'data_parallel_rank')[int(found['top'])]}: {what}"
+    i = int(found["index"])
+    return f"KV event {i} ({type(events[i]).__name__}), field {found['field'] or '?'}: {what}"
 
 
 _LEGACY_EVENT = re.compile(r"Expected `object`, got `array` - at `\$\[1\]\[\d+\]`")
@@ -217,11 +300,14 @@ _UNKNOWN_TAG = re.compile(r"Invalid value (?P<tag>.+) - at `\$\[1\]\[(?P<index>\
 def decode_batch(payload: bytes) -> tuple[float, list[KVEvent], int | None]:
     """``(ts, events, data_parallel_rank)`` from a vLLM 0.33 batch's bytes (the third ZMQ frame).
 
-    Raises :class:`WireError` if the bytes are not msgpack, not a ``[ts, events(, rank)]`` array,
-    or hold an event whose ``"type"`` is not one of ``EVENT_TAGS`` or whose fields have wrong types.
+    Raises :class:`WireError`, and nothing else, for any bytes that are not such a batch: not
+    msgpack, not a ``[ts, events(, rank)]`` array, an event whose ``"type"`` is not one of
+    ``EVENT_TAGS`` or whose fields have wrong types, a string that is not UTF-8, arrays nested
+    past :data:`MAX_DEPTH` in ``extra_keys`` (or too deep for msgspec at all).
     """
     try:
         batch = _decoder.decode(payload)
+        return batch.ts, [_from_wire(e) for e in batch.events], batch.data_parallel_rank
     except msgspec.ValidationError as error:
         unknown = _UNKNOWN_TAG.search(str(error))
         if unknown:
@@ -233,4 +319,9 @@ def decode_batch(payload: bytes) -> tuple[float, list[KVEvent], int | None]:
         raise WireError(f"not a vLLM KV event batch: {error}{hint}") from None
     except msgspec.DecodeError as error:
         raise WireError(f"malformed KV event batch ({len(payload)} bytes are not msgpack: {error})") from None
-    return batch.ts, [_from_wire(e) for e in batch.events], batch.data_parallel_rank
+    except UnicodeDecodeError as error:
+        raise WireError(f"not a vLLM KV event batch: a string is not UTF-8 ({error.reason} at byte "
+                        f"{error.start} of the string)") from None
+    except RecursionError:
+        raise WireError(f"not a vLLM KV event batch: arrays nested too deep to decode (extra keys may nest "
+                        f"{MAX_DEPTH} levels)") from None

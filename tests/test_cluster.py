@@ -168,3 +168,78 @@ def test_accuracy_over_time_and_router_options(no_leaks):
     assert result.as_dict()["router_options"] == {"temperature": 0.5}
     with pytest.raises(ValueError, match="do not apply to the random router"):
         ClusterConfig(router="random", router_options={"temperature": 0.5})
+
+
+def test_absurd_capacity_and_trace_lengths_are_refused_before_anything_starts(no_leaks, capsys, tmp_path):
+    from nano_engine.__main__ import main
+    from nano_engine.traces import Trace, TraceRequest
+
+    with pytest.raises(ValueError, match=r"capacity_tokens 1e\+30 is more than an instance can be given"):
+        ClusterConfig(capacity_tokens=10**30)
+    assert main(["cluster", "--capacity", "1e30", "--requests", "5"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "capacity_tokens 1e+30" in err[0], err
+    huge = TraceRequest(0.0, 512, 10**400, (1,))
+    trace = Trace("t", (TRACE.requests[0], huge))
+    with pytest.raises(ValueError, match=r"request 1: output_length is an integer of 1329 bits"):
+        run_cluster(trace, config())
+    path = tmp_path / "long.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 512, "output_length": 1, "hash_ids": [1]}\n'
+                    '{"timestamp": 5, "input_length": 512, "output_length": 1' + "0" * 400 + ', "hash_ids": [2]}\n')
+    assert main(["cluster", "--trace", str(path), "--instances", "2"]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert len(lines) == 1 and "request 1: output_length is an integer of 1329 bits" in lines[0], captured.err
+    assert "Traceback" not in captured.err
+
+
+def leftover_processes(marker: str) -> list[int]:
+    """Processes whose environment holds ``marker`` (the children of a run inherit its TMPDIR)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit() and int(pid) != os.getpid():
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    if marker.encode() in f.read().split(b"\0"):
+                        found.append(int(pid))
+            except OSError:
+                pass
+    return found
+
+
+@pytest.mark.parametrize("second", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_second_signal_during_clean_up_leaves_nothing_behind(tmp_path, second):
+    """Ctrl-C, then a second Ctrl-C or a `kill` 5-50 ms later, while the cluster command stops its
+    instances: no nano-cluster-* folder, no socket file, no process left; ten times each."""
+    import subprocess
+    import sys
+    import time
+
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    command = [sys.executable, "-m", "nano_engine", "cluster", "--instances", "2", "--requests", "3000",
+               "--capacity", str(CAPACITY), "--router", "round-robin"]
+    for attempt in range(10):
+        child = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 120
+            while len([f for d in tmp_path.glob("nano-cluster-*") for f in d.iterdir()]) < 4:
+                assert child.poll() is None, child.stderr.read().decode()[-2000:]   # type: ignore[union-attr]
+                assert time.monotonic() < deadline, "the instances did not start within 120 s"
+                time.sleep(0.01)
+            child.send_signal(signal.SIGINT)
+            time.sleep(0.005 + 0.005 * attempt)        # 5 .. 50 ms
+            child.send_signal(second)
+            code = child.wait(timeout=120)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait(timeout=60)
+            err = child.stderr.read().decode()          # type: ignore[union-attr]
+            child.stderr.close()                        # type: ignore[union-attr]
+        assert code in (130, 143), (attempt, code, err[-2000:])
+        assert "Traceback" not in err, (attempt, err[-2000:])
+        assert not list(tmp_path.iterdir()), (attempt, [str(p) for p in tmp_path.rglob("*")])
+        deadline = time.monotonic() + 30                # instances stopped by the parent: reaped by now
+        while leftover_processes(f"TMPDIR={tmp_path}") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not leftover_processes(f"TMPDIR={tmp_path}"), attempt

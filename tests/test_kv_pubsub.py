@@ -311,6 +311,102 @@ def test_step_batcher_publishes_one_batch_per_step_and_shared_contexts(ctx):
     ctx.socket(zmq.PUB).close()
 
 
+def publish_all(pub: KVEventPublisher, batches: list[list], sub: KVEventSubscriber) -> dict[int, bytes]:
+    """Publish every batch, the subscriber polling between them; the bytes each went out as, by seq
+    (what a second delivery repeats)."""
+    sent = {}
+    for batch in batches:
+        seq = pub.publish(batch)
+        sent[seq] = pub._buffer[-1][1]
+        sub.poll(1)
+    return sent
+
+
+@pytest.mark.parametrize("use_replay", [True, False])
+def test_a_live_batch_delivered_twice_resets_nothing(use_replay, monkeypatch):
+    """ZeroMQ can deliver a message twice (a reconnect can): the same seq and bytes again on the live
+    stream are a duplicate, not a restarted engine. With an 8-batch buffer a wrong reset would leave
+    the index with the last 8 batches' blocks only."""
+    import nano_engine.kv_pubsub as kv_pubsub
+
+    events = pool_events(200, seed=11)
+    batches = batches_of(events, 5)
+    truth = replay(events, Counter())
+    rec = Recorder()
+    with KVEventPublisher(FREE, FREE, buffer_steps=8) as pub, \
+            subscriber(pub, rec, replay=use_replay, idle_probe_ms=100) as sub:
+        spin(sub, 0.2)                                 # past the slow-joiner window
+        sent = publish_all(pub, batches, sub)
+        assert poll_until(sub, lambda: sub.expected == len(batches) and sub.in_sync)
+        assert rec.index.blocks("w0") == truth
+        last = len(batches) - 1
+        for seq in (last, last, last - 3, 2):          # the last batch twice, a recent one, one long gone
+            pub._pub.send_multipart((pub.topic, seq.to_bytes(8, "big"), sent[seq]))
+        assert poll_until(sub, lambda: sub.duplicates >= 4), sub.duplicates
+        if use_replay:                                 # a repeat older than the window: the replay socket decides
+            monkeypatch.setattr(kv_pubsub, "DUPLICATE_WINDOW", 4)
+            sub._recent.clear()
+            pub._pub.send_multipart((pub.topic, (last - 1).to_bytes(8, "big"), sent[last - 1]))
+            assert poll_until(sub, lambda: sub.duplicates >= 6 and sub.in_sync and not sub._check_restart)
+        spin(sub, 0.3)
+        assert sub.restarts_detected == 0, "a batch heard twice is not a restart"
+        assert sub.resyncs == 0
+    assert rec.resets == 0, "the worker was reset"
+    assert rec.index.blocks("w0") == truth, f"the index kept {len(rec.index.blocks('w0'))} of {len(truth)} blocks"
+
+
+def test_a_bad_batch_is_counted_and_skipped_and_the_stream_goes_on(monkeypatch):
+    """A payload no decoder can read (extra keys 600 deep, a medium that is not UTF-8) is counted as
+    malformed and passed over; the batches around it are applied and nothing is reset."""
+    import nano_engine.kv_pubsub as kv_pubsub
+
+    batches = batches_of(pool_events(60, seed=12), 4)[:11]
+    hostile = {3: msgspec.msgpack.encode([1.0, [{"type": "BlockRemoved", "block_hashes": [1],
+                                                 "medium": "GPU"}]]).replace(b"\xa3GPU", b"\xa3\xff\xff\xff"),
+               7: encode_batch([BlockStored([5], None, [1, 2], 2, None, [("x",)])], 1.0).replace(
+                   b"\x91\x91\xa1x", b"\x91" + b"\x91" * 600 + b"\xc0")}
+    real_encode = kv_pubsub.encode_batch
+    count = iter(range(10**6))
+    monkeypatch.setattr(kv_pubsub, "encode_batch",
+                        lambda events, ts, rank=None: hostile.get(next(count)) or real_encode(events, ts, rank))
+    rec = Recorder()
+    with KVEventPublisher(FREE, FREE) as pub, subscriber(pub, rec) as sub:
+        for batch in batches:
+            pub.publish(batch)
+            sub.poll(0)
+        assert poll_until(sub, lambda: sub.expected == len(batches) and sub.in_sync)
+    good = [b for i, b in enumerate(batches) if i not in hostile]
+    assert sub.malformed == 2, sub.malformed
+    assert rec.resets == 0 and sub.restarts_detected == 0, "a bad message resets nothing"
+    assert rec.seqs == [i for i in range(len(batches)) if i not in hostile]
+    assert rec.index.blocks("w0") == replay([e for b in good for e in b], Counter())
+
+
+def test_one_address_for_both_sockets_is_refused(tmp_path):
+    for endpoint, replay_endpoint in [(f"ipc://{tmp_path}/x", f"ipc://{tmp_path}/x"),
+                                      (f"ipc://{tmp_path}/x", f"ipc://{tmp_path}/./x"),
+                                      ("tcp://127.0.0.1:5557", "tcp://127.0.0.1:5557")]:
+        with pytest.raises(ValueError, match="the replay endpoint must differ from the PUB endpoint"):
+            KVEventPublisher(endpoint, replay_endpoint)
+    assert not list(tmp_path.iterdir()), "nothing bound"
+    with KVEventPublisher(FREE, FREE) as pub:        # two free ports: two addresses
+        assert pub.endpoint != pub.replay_endpoint
+
+
+def test_ipc_socket_files_are_removed_on_close(tmp_path):
+    pub = KVEventPublisher(f"ipc://{tmp_path}/pub", f"ipc://{tmp_path}/replay")
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["pub", "replay"]
+    pub.close()
+    assert not list(tmp_path.iterdir()), "libzmq leaves them; close must remove them"
+    # a publisher that took over the path (a restarted engine) keeps its file when the old one closes
+    old = KVEventPublisher(f"ipc://{tmp_path}/pub")
+    new = KVEventPublisher(f"ipc://{tmp_path}/pub")
+    old.close()
+    assert (tmp_path / "pub").exists(), "the new publisher's socket file was removed by the old one"
+    new.close()
+    assert not (tmp_path / "pub").exists()
+
+
 # -- bad input ----------------------------------------------------------------------------------------
 
 def test_bad_input_is_logged_and_survived(ctx, caplog):
@@ -423,11 +519,41 @@ def test_events_command_publishes_a_real_engines_events(sigint):
         reader.join(timeout=10)
 
 
+@pytest.mark.parametrize("ending", ["normal", "SIGINT", "SIGTERM"])
+def test_events_command_removes_its_ipc_socket_files(tmp_path, ending):
+    """libzmq 4.3.5 leaves an ipc:// socket's file behind; the command removes its two on every ending."""
+    import signal
+    import subprocess
+    import sys
+
+    from nano_engine.checkpoints import tiny_checkpoint
+
+    command = [sys.executable, "-m", "nano_engine", "events", "--publish", f"ipc://{tmp_path}/pub",
+               "--replay", f"ipc://{tmp_path}/replay", "--prompts", "1", "--max-tokens", "2", "--device", "cpu",
+               "--model", str(tiny_checkpoint()), "--linger", "0" if ending == "normal" else "120"]
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        if ending != "normal":
+            first = child.stdout.readline()                 # type: ignore[union-attr]
+            assert first.startswith("events: publishing KV events on ipc://"), first
+            assert sorted(f.name for f in tmp_path.iterdir()) == ["pub", "replay"]
+            child.send_signal(getattr(signal, ending))
+        out, err = child.communicate(timeout=300)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate(timeout=60)
+    assert child.returncode == (0 if ending == "normal" else 130), err
+    assert not list(tmp_path.iterdir()), f"left behind: {sorted(f.name for f in tmp_path.iterdir())}"
+
+
 @pytest.mark.parametrize("extra, fragment", [
     (["--prompts", "0"], "--prompts must be >= 1"),
     (["--linger", "-1"], "--linger must be >= 0"),
     (["--publish", "tcp://0.0.0.0:5557"], "only loopback TCP"),
     (["--replay", "tcp://192.168.1.1:5558"], "only loopback TCP"),
+    (["--publish", "ipc:///tmp/nano-kv-same", "--replay", "ipc:///tmp/nano-kv-same"],
+     "the replay endpoint must differ from the PUB endpoint"),
 ])
 def test_events_command_refuses_bad_values_in_one_line(capsys, extra, fragment):
     from nano_engine.__main__ import main

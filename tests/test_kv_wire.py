@@ -266,6 +266,84 @@ def test_unencodable_events_raise_wire_error(event, message):
     assert message in str(info.value)
 
 
+def stored_map(**fields) -> dict:
+    """A BlockStored as vLLM's msgpack map, with ``fields`` replaced."""
+    event = {"type": "BlockStored", "block_hashes": [1], "parent_block_hash": None, "token_ids": [1, 2],
+             "block_size": 2, "lora_id": None, "medium": "GPU", "lora_name": None}
+    event.update(fields)
+    return event
+
+
+def nested(depth: int) -> bytes:
+    """A batch whose one block's extra keys nest ``depth`` arrays deep (raw msgpack: any depth)."""
+    head = msgspec.msgpack.encode([1.0, [stored_map(extra_keys=[["X"]])]])
+    return head.replace(b"\x91\xa1X", b"\x91" + b"\x91" * depth + b"\xc0")
+
+
+def not_utf8(payload: bytes, text: bytes) -> bytes:
+    """``payload`` with the msgpack string ``text`` replaced by as many bytes that are not UTF-8."""
+    target = bytes([0xA0 | len(text)]) + text
+    assert payload.count(target) == 1
+    return payload.replace(target, bytes([0xA0 | len(text)]) + b"\xff" * len(text))
+
+
+@pytest.mark.parametrize("payload, message", [
+    (nested(500), "nest deeper than 32 levels"),
+    (nested(5000), "nested too deep to decode"),
+    (nested(100_000), "nested too deep to decode"),
+    (not_utf8(msgspec.msgpack.encode([1.0, [stored_map()]]), b"GPU"), "a string is not UTF-8"),
+    (not_utf8(msgspec.msgpack.encode([1.0, [stored_map(lora_name="ada")]]), b"ada"), "a string is not UTF-8"),
+    (not_utf8(msgspec.msgpack.encode([1.0, [{"type": "AllBlocksCleared"}]]), b"AllBlocksCleared"),
+     "a string is not UTF-8"),
+], ids=["extra-keys-500-deep", "5000-deep", "100000-deep", "medium-not-utf8", "lora-name-not-utf8", "tag-not-utf8"])
+def test_hostile_payloads_raise_wire_error_and_nothing_else(payload, message):
+    with pytest.raises(WireError, match=message):
+        decode_batch(payload)
+
+
+def test_extra_keys_at_the_depth_limit_still_decode():
+    assert decode_batch(nested(31))[1][0].extra_keys is not None, "32 levels in a block's entry are allowed"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200) | st.builds(lambda ev, cut: msgspec.msgpack.encode([1.0, [ev]])[:cut],
+                                            st.builds(stored_map), st.integers(0, 120)))
+def test_any_bytes_decode_or_raise_wire_error(payload):
+    try:
+        decode_batch(payload)
+    except WireError:
+        pass
+
+
+@pytest.mark.parametrize("event, field", [
+    (BlockStored([1], None, ["x"], 2, None, None), "field token_ids[0]: expected `int`, got `str`"),
+    (BlockStored([1], None, [True], 2, None, None), "field token_ids[0]: expected `int`, got `bool`"),
+    (BlockStored([1], None, [1, 2], "2", None, None), "field block_size: expected `int`, got `str`"),
+    (BlockStored([1], None, [1, 2], True, None, None), "field block_size: expected `int`, got `bool`"),
+    (BlockStored([1], None, [1, 2], 2, None, None, medium=5), "field medium: expected `str | null`, got `int`"),  # type: ignore[arg-type]
+    (BlockStored([1], None, [1, 2], 2, None, None, group_idx="0"), "field group_idx: expected `int | null`"),  # type: ignore[arg-type]
+    (BlockRemoved([1], group_idx=True), "KV event 1 (BlockRemoved), field group_idx"),
+    (BlockStored([1], None, [1, 2], 2, None, ["ab"]), "field extra_keys[0]: expected `array | null`"),  # type: ignore[list-item]
+    (BlockStored([1], None, [1, 2], 2, None, None, kv_cache_spec_kind=3), "field kv_cache_spec_kind"),  # type: ignore[arg-type]
+    (BlockStored([1], None, [1, 2], 2, None, None, lookahead_token_ids=[["a"]]),  # type: ignore[list-item]
+     "field lookahead_token_ids[0][0]"),
+    (BlockStored([1], None, [2**70], 2, None, None), "KV event 1 (BlockStored), field token_ids: can't serialize"),
+    (BlockStored([1], None, [1, 2], 2, None, [((((("deep",),),),),)] * 1), None),
+], ids=["token-str", "token-bool", "block-size-str", "block-size-bool", "medium-int", "group-str", "group-bool",
+        "extra-keys-str", "kind-int", "lookahead-str", "token-too-big", "nested-but-fine"])
+def test_the_publisher_refuses_fields_of_the_wrong_type_naming_them(event, field):
+    """vLLM's decoder (and ours) would refuse these, and a subscriber drops the whole batch it cannot
+    decode: refused at the encoder, with the event and the field named."""
+    batch = [BlockStored([7], None, [1, 2], 2, None, None), event]
+    if field is None:
+        assert decode_batch(encode_batch(batch, 1.0))[1][1] == event
+        return
+    with pytest.raises(WireError) as info:
+        encode_batch(batch, 1.0)
+    assert field in str(info.value), str(info.value)
+    assert "KV event 1" in str(info.value), str(info.value)
+
+
 def test_unknown_fields_from_a_newer_vllm_are_ignored():
     payload = msgspec.msgpack.encode([3.0, [{"type": "BlockRemoved", "block_hashes": [4], "medium": "GPU",
                                              "future_field": [1, 2]}]])
