@@ -522,6 +522,7 @@ def test_events_command_publishes_a_real_engines_events(sigint):
 @pytest.mark.parametrize("ending", ["normal", "SIGINT", "SIGTERM"])
 def test_events_command_removes_its_ipc_socket_files(tmp_path, ending):
     """libzmq 4.3.5 leaves an ipc:// socket's file behind; the command removes its two on every ending."""
+    import select
     import signal
     import subprocess
     import sys
@@ -534,6 +535,8 @@ def test_events_command_removes_its_ipc_socket_files(tmp_path, ending):
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         if ending != "normal":
+            ready, _, _ = select.select([child.stdout], [], [], 300)     # every wait has a deadline
+            assert ready, "the command printed nothing within 300 s"
             first = child.stdout.readline()                 # type: ignore[union-attr]
             assert first.startswith("events: publishing KV events on ipc://"), first
             assert sorted(f.name for f in tmp_path.iterdir()) == ["pub", "replay"]
