@@ -10,7 +10,9 @@ so :class:`OffloadingManager` here keeps its method names:
 ``lookup(key)``        ``HIT`` (stored and readable), ``HIT_PENDING`` (its store is still in
                        flight), ``MISS``
 ``prepare_load(keys)`` pin the blocks against eviction, return where they are
-``touch(keys)``        mark them recently used (also called for GPU hits, to keep the LRU honest)
+``touch(keys)``        mark them recently used (also called for GPU hits, to keep the LRU honest;
+                       vLLM 0.33.0 declares it, its connector records recency when a request
+                       finishes, and 0.34.0 drops it from the contract)
 ``complete_load``      unpin
 ``prepare_store``      allocate room for the keys not stored yet, evicting LRU blocks that nobody
                        is loading; returns the keys to store, where, and the keys evicted
@@ -25,9 +27,11 @@ LRU (vLLM's default ``eviction_policy``; ARC is its alternative, not built here)
 :class:`TieredHashedCacheManager` puts it under ``HashedBlockCacheManager``:
 
 * **store**: every block that became full and cached in a step, and every GPU hit of a request
-  admitted in it, is offered for storing at the start of the next step (vLLM's worker defers stores "to the beginning of the next engine step, so that offloading
-  starts AFTER transfers related to token sampling", ``offloading/worker.py``). That is
-  ``write_through``; ``write_through_selective`` is vLLM's ``store_threshold=2`` (a block is
+  admitted in it, is offered for storing at the start of the next step (vLLM's worker defers stores
+  "to the beginning of the next engine step, so that offloading starts AFTER transfers related to
+  token sampling", ``offloading/worker.py``). Every newly full block means output blocks too, as vLLM
+  does with ``offload_prompt_only=False``; vLLM 0.33.0's default, ``True`` (``OffloadingSpec`` in
+  ``vllm/v1/kv_offload/base.py``), stores prompt blocks only. That is ``write_through``; ``write_through_selective`` is vLLM's ``store_threshold=2`` (a block is
   stored the second time it is offered, i.e. when a second request uses it). vLLM has no write-back, so neither does this manager.
 * **load**: after the GPU hit, the following blocks found on the CPU are loaded for the whole
   request before its first forward (vLLM's request-level load; the request waits in
