@@ -34,12 +34,9 @@ the device hit, then the host hit right after it, one contiguous prefix (SGLang'
 ``match_prefix`` returning ``device_indices`` and ``host_hit_length``). ``load_back`` copies the
 host part to the device *all or nothing*, only if it is at least ``load_back_threshold`` tokens
 (SGLang: 10), evicting device pages to make room but never the nodes it is loading or their
-ancestors. A load that finds no room is handled as SGLang 0.5.9's ``load_back`` handles it: evict as
-many tokens as it wants to load, try once more, and if that fails too load nothing and keep those
-evictions (0.5.23 evicts only the shortfall, and keeps it too). ``match`` changes the tree (it
-splits and refreshes, as SGLang's does), so the engine's manager looks first with ``peek``, which
-changes nothing, and walks, loads and locks only once the request is admitted
-(``TieredRadixCacheManager.lock``).
+ancestors. ``match`` changes the tree (it splits and refreshes, as SGLang's does), so the engine's
+manager looks first with ``peek``, which changes nothing, and walks, loads and locks only once the
+request is admitted (``TieredRadixCacheManager.lock``).
 
 **Copies in flight.** A node whose copy (store or load) has been submitted but not acknowledged is
 locked (``inc_lock_ref``), so no eviction can take its device pages, and its host copy is not

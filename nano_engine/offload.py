@@ -27,14 +27,10 @@ LRU (vLLM's default ``eviction_policy``; ARC is its alternative, not built here)
 :class:`TieredHashedCacheManager` puts it under ``HashedBlockCacheManager``:
 
 * **store**: every block that became full and cached in a step, and every GPU hit of a request
-  admitted in it, is offered for storing at the start of the next step (vLLM's worker defers stores
-  "to the beginning of the next engine step, so that offloading starts AFTER transfers related to
-  token sampling", ``offloading/worker.py``). Every newly full block means output blocks too, as vLLM
-  does with ``offload_prompt_only=False``; vLLM 0.33.0's default, ``True`` (``OffloadingSpec`` in
-  ``vllm/v1/kv_offload/base.py``), stores prompt blocks only. That is ``write_through``;
-  ``write_through_selective`` is vLLM's ``store_threshold=2`` (a block is stored the second time it
-  is offered, i.e. when a second request uses it; vLLM 0.34.0 counts an offer once per request).
-  vLLM has no write-back, so neither does this manager.
+  admitted in it, is offered for storing at the start of the next step (vLLM's worker defers stores "to the beginning of the next engine step, so that offloading
+  starts AFTER transfers related to token sampling", ``offloading/worker.py``). That is
+  ``write_through``; ``write_through_selective`` is vLLM's ``store_threshold=2`` (a block is
+  stored the second time it is offered, i.e. when a second request uses it). vLLM has no write-back, so neither does this manager.
 * **load**: after the GPU hit, the following blocks found on the CPU are loaded for the whole
   request before its first forward (vLLM's request-level load; the request waits in
   ``WAITING_FOR_REMOTE_KVS`` there, here the load runs synchronously on CPU before the forward).
@@ -42,6 +38,11 @@ LRU (vLLM's default ``eviction_policy``; ARC is its alternative, not built here)
   vLLM's ``allocate_slots`` counts external tokens, and ``lock`` loads it, so a request that is
   not admitted loads, evicts and touches nothing. The new device blocks are registered in the GPU
   cache at once, so they count as prefix hits.
+
+Where this manager differs from vLLM 0.33.0's defaults: it stores every newly full block, prompt or
+output, as vLLM does with ``offload_prompt_only=False``; vLLM's default, ``True`` (``OffloadingSpec``
+in ``vllm/v1/kv_offload/base.py``), stores prompt blocks only. (vLLM 0.34.0 also counts an offer
+toward ``store_threshold`` once per request, where 0.33.0 counts every offer.)
 """
 
 from __future__ import annotations
