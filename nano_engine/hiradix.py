@@ -9,8 +9,10 @@ state            ``node.value``     ``node.host_value``  how it gets there
 ===============  =================  ==================  =========================================
 device-only      device slots       None                inserted, not (yet) backed up
 device+host      device slots       host slots           backed up (write policy), or loaded back
-host-only        ``[]``             host slots           a backed-up node lost its device copy
+host-only        ``None`` (``[]``)  host slots           a backed-up node lost its device copy
 ===============  =================  ==================  =========================================
+
+(SGLang marks a host-only node with ``value = None``, ``TreeNode.evicted``; this package uses ``[]``.)
 
 Two eviction rules keep the tree usable (SGLang ``evict`` / ``evict_host``):
 
@@ -18,8 +20,10 @@ Two eviction rules keep the tree usable (SGLang ``evict`` / ``evict_host``):
   child). A backed-up one just drops its device copy and stays in the tree as host-only; one
   without a host copy is deleted (under ``write_back`` it is first copied to the host, and the
   eviction waits for that copy);
-* **host eviction** takes only *host-only leaves* (no device copy, no children, not being loaded)
-  and deletes them.
+* **host eviction** takes only *host-only leaves* (no device copy, no children, not pinned by a
+  load: ``host_ref`` 0) and deletes them. SGLang 0.5.23 pins the same way (``inc_host_lock_ref`` in
+  ``UnifiedRadixCache.load_back``); 0.5.9's ``host_ref_counter`` protected copies on their way to or
+  from a storage tier instead.
 
 So the device-resident nodes form a prefix-closed set (a node on the device has its parent on the
 device), and so do the nodes with a host copy (backing a node up backs up its ancestors first);

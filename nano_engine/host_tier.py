@@ -1,9 +1,10 @@
 """host_tier.py: a second tier of KV memory in host RAM, and the copies between the two tiers.
 
 The device pool (``kv_cache.KVCache``) is small and fast; host memory is large and far away (a PCIe
-link on a GPU machine). Instead of throwing evicted KV away, both anchors keep it one tier down:
-SGLang's HiCache (``python/sglang/srt/mem_cache/hiradix_cache.py``, release 0.5.9) under its radix
-tree, vLLM's native offloading (``vllm/v1/kv_offload/``, release 0.33.0) under its hashed blocks.
+link on a GPU machine). Instead of throwing evicted KV away, SGLang and vLLM can keep it one tier
+down, each as an opt-in: SGLang's HiCache (``python/sglang/srt/mem_cache/hiradix_cache.py``, release
+0.5.9; ``--enable-hierarchical-cache``) under its radix tree, vLLM's native offloading
+(``vllm/v1/kv_offload/``, release 0.33.0; ``--kv-offloading-size``) under its hashed blocks.
 This module holds what the two caches share (:mod:`nano_engine.hiradix` and
 :mod:`nano_engine.offload` put a tree and a hash table on top):
 

@@ -7,7 +7,8 @@ for a new request's chain of block hashes, how much of the chain each worker alr
 :class:`KVBlockIndex` has llm-d's shape: a map from block hash to the workers that hold it, with
 the medium (tier) of each copy (``llm-d/llm-d-kv-cache-manager``, ``pkg/kvcache/kvblock/index.go``:
 ``Index.Add(keys, entries)`` / ``Evict(key, entries)`` with ``PodEntry{PodIdentifier, DeviceTier}``;
-read at commit ``2f1f51e``). NVIDIA Dynamo keeps a radix tree whose nodes carry worker sets
+read at commit ``00bb4ca``, 2025-09-04; by ``a378f5b`` ``Add`` takes the engine's and the request's
+keys apart, ``Add(engineKeys, requestKeys, entries)``). NVIDIA Dynamo keeps a radix tree whose nodes carry worker sets
 instead, plus a per-worker lookup from the engine's hash to the node
 (``lib/kv-router/src/indexer/README.md``); both answer the same question. Because a block's hash
 chains its whole prefix, a hash names one prefix, and a flat map is enough: the tree only saves

@@ -56,8 +56,10 @@ Why DEALER and not REQ for replay: one request gets many replies (every buffered
 end marker). REQ is a strict one-request-one-reply socket: it takes the first reply and ignores
 the rest until the next request (a second receive fails with ``EFSM``; a ROUTER streaming 4
 replies delivers 1 to a REQ and all 4 to a DEALER; ``tests/test_kv_pubsub.py`` shows the first).
-vLLM's example consumer (``examples/online_serving/kv_events_subscriber.py``) uses REQ; llm-d
-(PR #1887) and Mooncake (PR #3616) had to switch to DEALER. A DEALER adds no envelope, so the
+vLLM's example consumer (``examples/online_serving/kv_events_subscriber.py``) used REQ in the copy
+read for this package. llm-d switched from REQ to DEALER ("REQ can only receive one reply per
+request", llm-d-router PR #1887); Mooncake's client was a DEALER already, but sent an incomplete
+request and read only one frame of the answer until its PR #3616. A DEALER adds no envelope, so the
 request starts with the empty delimiter frame REQ would have added (the ROUTER expects
 ``[identity, b"", start_seq]``).
 

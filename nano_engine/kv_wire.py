@@ -21,12 +21,18 @@ released wheel):
 - ``BlockRemoved``: ``block_hashes``, ``medium`` (always written), then ``group_idx``, ``locality``,
   ``ownership`` (omitted when ``None``). ``AllBlocksCleared``: no field, ``{"type": "AllBlocksCleared"}``.
 
-So a batch with one event of each kind reads, as msgpack decodes it::
+vLLM 0.33.0's block pool always sets ``group_idx`` (the KV-cache group: ``BlockPool.cache_full_blocks``
+and ``_emit_block_removed_events`` in ``vllm/v1/core/block_pool.py``), and its ``KVCacheManager.take_events``
+sets ``kv_cache_spec_kind`` on every ``BlockStored`` (``"full_attention"`` for a model like Qwen3), so
+both are on the wire although they default to ``None``. So a batch with one event of each kind reads,
+as msgpack decodes it (a vLLM 0.26 ``BlockStored`` captured in volcano-sh/kthena issue #1535 has the
+same fields)::
 
     [1789095808.84, [{"type": "BlockStored", "block_hashes": [15760518052499183552],
                       "parent_block_hash": None, "token_ids": [...], "block_size": 16,
-                      "lora_id": None, "medium": "GPU", "lora_name": None, "extra_keys": [None]},
-                     {"type": "BlockRemoved", "block_hashes": [...], "medium": "GPU"},
+                      "lora_id": None, "medium": "GPU", "lora_name": None, "extra_keys": [None],
+                      "group_idx": 0, "kv_cache_spec_kind": "full_attention"},
+                     {"type": "BlockRemoved", "block_hashes": [...], "medium": "GPU", "group_idx": 0},
                      {"type": "AllBlocksCleared"}], 0]
 
 A hash (vLLM's ``ExternalBlockHash = bytes | int``) is an int by default: the low 64 bits of the
@@ -52,8 +58,11 @@ refuse (a field of the wrong type): a subscriber drops a whole batch it cannot d
 event would cost every subscriber the good events beside it.
 
 Where the 0.33 format came from: until vLLM 0.23 events were positional arrays too
-(``["BlockStored", hashes, parent, ...]``); PR #42892 made them maps while the batch stayed an
-array, which broke array-only decoders (Dynamo issue #10660).
+(``["BlockStored", hashes, parent, ...]``); PR #42892 (merged 2026-06-09) made them maps while the
+batch stayed an array, which broke consumers that decoded each event as an array ("every KV event
+from a new vLLM fails to parse", llm-d-kv-cache PR #661; volcano-sh/kthena issue #1535). Dynamo's
+Rust decoder already read both shapes; its issue #10660 was a stale Python test. vLLM 0.34.0 leaves
+the format as it is (``vllm/distributed/kv_events.py`` is unchanged).
 """
 
 from __future__ import annotations

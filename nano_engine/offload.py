@@ -10,7 +10,9 @@ so :class:`OffloadingManager` here keeps its method names:
 ``lookup(key)``        ``HIT`` (stored and readable), ``HIT_PENDING`` (its store is still in
                        flight), ``MISS``
 ``prepare_load(keys)`` pin the blocks against eviction, return where they are
-``touch(keys)``        mark them recently used (also called for GPU hits, to keep the LRU honest)
+``touch(keys)``        mark them recently used (also called for GPU hits, to keep the LRU honest;
+                       vLLM 0.33.0 declares it, its connector records recency when a request
+                       finishes, and 0.34.0 drops it from the contract)
 ``complete_load``      unpin
 ``prepare_store``      allocate room for the keys not stored yet, evicting LRU blocks that nobody
                        is loading; returns the keys to store, where, and the keys evicted
@@ -36,6 +38,11 @@ LRU (vLLM's default ``eviction_policy``; ARC is its alternative, not built here)
   vLLM's ``allocate_slots`` counts external tokens, and ``lock`` loads it, so a request that is
   not admitted loads, evicts and touches nothing. The new device blocks are registered in the GPU
   cache at once, so they count as prefix hits.
+
+Where this manager differs from vLLM 0.33.0's defaults: it stores every newly full block, prompt or
+output, as vLLM does with ``offload_prompt_only=False``; vLLM's default, ``True`` (``OffloadingSpec``
+in ``vllm/v1/kv_offload/base.py``), stores prompt blocks only. (vLLM 0.34.0 also counts an offer
+toward ``store_threshold`` once per request, where 0.33.0 counts every offer.)
 """
 
 from __future__ import annotations

@@ -27,15 +27,25 @@ anything with ``workers_for(block_hash) -> {worker: {medium, ...}}``). A worker'
 of the request's blocks, from block 0, that the index says it holds in any medium
 (:func:`nano_engine.kv_index.prefix_runs`):
 
-* ``dynamo``: NVIDIA Dynamo's KV router, classic cost (``DefaultWorkerSelector::select_worker``,
-  ``lib/llm/src/kv_router/scheduler.rs`` in 2025 releases; today ``lib/kv-router/src/scheduling/
-  selector/default.rs``, ai-dynamo/dynamo)::
+* ``dynamo``: NVIDIA Dynamo's KV router, its classic cost, simplified (``DefaultWorkerSelector``,
+  ai-dynamo/dynamo, ``lib/llm/src/kv_router/scheduler.rs`` in mid-2025 versions, where the prefill
+  term also counted the worker's queued prefill tokens, left out here; the earliest 2025 version
+  scored ``2 * overlap - cache usage - waiting`` instead)::
 
       prefill_blocks = (prompt_tokens - overlap_blocks * block_size) / block_size
       decode_blocks  = blocks of the requests in flight at the worker + this request's blocks
       logit          = overlap_score_weight * prefill_blocks + decode_blocks     (lower is better)
 
-  Defaults as ``KvRouterConfig::default()`` (``lib/llm/src/kv_router.rs``): ``overlap_score_weight``
+  The cost has moved on since. At commit ``01690d4`` (``DefaultWorkerSelector::worker_logit`` in
+  ``lib/kv-router/src/scheduling/selector.rs``) it is ``prefill_load_scale * max(raw_prefill_blocks -
+  overlap_credit_blocks, 0) + decode_blocks + decode_active_request_weight * active_requests``, where
+  ``raw_prefill_blocks`` counts the worker's active prefill tokens plus this request's, and the
+  credit is ``overlap_score_credit`` (0 to 1, default 1) per device block plus 0.75 per host and 0.25
+  per disk block; ``overlap_score_weight`` survives in ``lib/kv-router/src/scheduling/config.rs`` only
+  as a deprecated alias that sets ``prefill_load_scale`` (and, at 0, the credit too). This policy
+  keeps the classic form, which is the new one with no queued prefill, no host or disk blocks and
+  ``decode_active_request_weight`` 0. Defaults of the classic form, as ``KvRouterConfig::default()``
+  (``lib/llm/src/kv_router.rs`` in 2025): ``overlap_score_weight``
   1.0, ``router_temperature`` 0.0, the same in every version of the file we read (we pinned no
   Dynamo release). Temperature 0 takes the argmin, ties broken uniformly at random (seeded here),
   as Dynamo's ``minimum_cost_index`` and ``select_worker`` do at commit ``01690d4`` (reservoir
@@ -53,7 +63,9 @@ of the request's blocks, from block 0, that the index says it holds in any mediu
     ``pkg/kvcache/backend.go``; a tier without a weight, such as ``STORAGE``, 1.0) until the first
     block it holds in no tier; the raw scores are then
     min-max normalised over the workers that have one (all equal: 1.0; no hit at all: 0.0), as
-    ``indexedScoresToNormalizedScoredPods`` in llm-d-inference-scheduler.
+    ``indexedScoresToNormalizedScoredPods`` in llm-d-inference-scheduler did until its PR #1107
+    (2026-05-14), which made the score matched blocks over the request's blocks, clipped to [0, 1]
+    ("cold clusters previously returned 1.0 for every pod"). This package keeps the min-max form.
   - ``queue``, weight 1: ``(max_q - q) / (max_q - min_q)`` over the workers, 1.0 when all are equal
     (``QueueScorer.Score``, ``pkg/epp/scheduling/framework/plugins/scorer/queue.go`` of
     kubernetes-sigs/gateway-api-inference-extension).
@@ -70,8 +82,11 @@ of the request's blocks, from block 0, that the index says it holds in any mediu
   1 + 1) can only tie. On Mooncake's conversation trace, where every request starts with the same
   block, the first worker to hold it takes every request until its KV utilisation reaches 1, and
   a worker that never got one can starve (``benchmarks/README.md``: one of four instances served
-  nothing): cache affinity funnelling traffic to one worker, as users reported of SGLang's router
-  (sgl-project/sglang PR #14305) and vLLM's production-stack router (vllm-project/router PR #198).
+  nothing): cache affinity funnelling traffic to a few workers, as vLLM's production-stack reported
+  of its KV-aware router ("every request for a hot prefix lands on the one engine holding it",
+  vllm-project/production-stack PR #1035). (SGLang PR #14305 reported a funnel with another cause:
+  on a cache miss the gateway's smallest-tree rule sent all new traffic to one overloaded worker,
+  blind to its load.)
 
 The approximate tree matches a request's ``tokens`` (on a Mooncake trace, its block ids: one
 "token" per 512 real ones); the event-driven policies look up its
