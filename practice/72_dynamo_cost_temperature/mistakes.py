@@ -23,7 +23,7 @@ MISTAKES = [
      "old": "    prefill_blocks = (worker.active_prefill_tokens + isl_tokens) / block_size - overlap_score_credit * worker.overlap_blocks\n",
      "new": "    prefill_blocks = (worker.active_prefill_tokens + isl_tokens) // block_size - overlap_score_credit * worker.overlap_blocks\n"},
     {"name": "queued_prefill_ignored",
-     "explain": "leaves out the worker's queued prefill tokens (the 2025 cost without the active-prefill term), "
+     "explain": "leaves out the worker's queued prefill tokens (the simple form of the design document), "
                 "so a worker busy prefilling looks as cheap as an idle one",
      "old": "    prefill_blocks = (worker.active_prefill_tokens + isl_tokens) / block_size - overlap_score_credit * worker.overlap_blocks\n",
      "new": "    prefill_blocks = isl_tokens / block_size - overlap_score_credit * worker.overlap_blocks\n"},
