@@ -61,9 +61,7 @@ def pick(costs, t, u):
 
 def reservoir(costs, rng):
     """The argmin of exact costs, ties drawn as the statement says: every worker equal to the
-    cheapest one so far is the k-th at that cost and is taken if rng.randrange(k) == 0. (The costs
-    the tests build are exact in binary floating point too: block sizes 1, 4 and 16, credits and
-    scales in halves.)"""
+    cheapest one so far is the k-th at that cost and is taken if rng.randrange(k) == 0."""
     best, tied = None, 0
     for i, c in enumerate(costs):
         if best is None or c < costs[best]:
@@ -169,12 +167,12 @@ def test_ties_are_uniform():
     rng = random.Random(72)
     workers = [Worker(1, 4), Worker(0, 9), Worker(1, 4), Worker(1, 4), Worker(2, 7)]    # 7, 13, 7, 7, 9
     counts = [0] * len(workers)
-    for _ in range(3000):
+    for _ in range(1200):
         counts[select_worker(workers, 64, 16, rng=rng)] += 1
     assert counts[1] + counts[4] == 0, f"only the workers at the lowest cost are chosen: {counts}"
     for i in (0, 2, 3):
-        share = counts[i] / 3000
-        assert abs(share - 1 / 3) < 0.04, f"each of three tied workers about 1/3 of the time: {counts}"
+        share = counts[i] / 1200
+        assert abs(share - 1 / 3) < 0.05, f"each of three tied workers about 1/3 of the time (sd 0.014): {counts}"
 
 
 def test_probabilities_are_normalised_by_the_spread():
@@ -237,7 +235,9 @@ def test_sampling_follows_a_seeded_rng():
                    for _ in range(n)]
         credit, scale = rng.choice([0, 0.5, 1]), rng.choice([0.0, 0.5, 1.0, 2.0])
         t = rng.choice([0.0, 0.0, 0.05, 0.5, 1.0, 4.0])
-        costs = [cost_of(w, isl, bs, credit, scale) for w in workers]
+        # exact in binary floating point: block sizes are powers of 2, credits and scales halves
+        costs = [scale * (w.active_prefill_tokens + isl - credit * w.overlap_blocks * bs) / bs + w.decode_blocks
+                 for w in workers]
         seed = rng.random()
         got = select_worker(workers, isl, bs, overlap_score_credit=credit, prefill_load_scale=scale,
                             temperature=t, rng=random.Random(seed))
@@ -245,8 +245,7 @@ def test_sampling_follows_a_seeded_rng():
             expected = reservoir(costs, random.Random(seed))
         else:
             expected = pick(costs, t, random.Random(seed).random())
-        assert got == expected, (f"{workers}, isl {isl}, block size {bs}, credit {credit}, scale {scale}, T {t}: "
-                                 f"costs {[float(c) for c in costs]}")
+        assert got == expected, f"{workers}, isl {isl}, block size {bs}, credit {credit}, scale {scale}, T {t}: costs {costs}"
 
 
 def test_frequencies_match_the_probabilities():
