@@ -15,10 +15,13 @@ def test_example_longest_match_first():
     sched = _scheduler(lengths)
     for rid in "abc":
         sched.add(rid, [rid])
-    assert sched.schedule(2) == ["b", "c"]
-    assert sched.waiting == ["a"]
-    assert sched.schedule(2) == ["a"]
-    assert sched.schedule(2) == []
+    got = sched.schedule(2)
+    assert got == ["b", "c"], "the longest cached prefixes first"
+    assert sched.waiting == ["a"], "the chosen requests leave the queue"
+    got = sched.schedule(2)
+    assert got == ["a"], "fewer waiting than max_requests: all of them"
+    got = sched.schedule(2)
+    assert got == [], "an empty queue schedules nothing"
 
 
 def test_example_ties_keep_arrival_order():
@@ -26,7 +29,40 @@ def test_example_ties_keep_arrival_order():
     sched = _scheduler(lengths)
     for rid in "abcd":
         sched.add(rid, [rid])
-    assert sched.schedule(4) == ["b", "d", "a", "c"]
+    got = sched.schedule(4)
+    assert got == ["b", "d", "a", "c"], "equal matches keep their arrival order"
+
+
+def test_example_the_statements_worked_example():
+    cached = {"a": 0, "b": 5, "c": 3, "d": 9}
+    sched = LPMScheduler(lambda p: cached[chr(p[0])], max_passed_over=2)
+    for rid in "abc":
+        sched.add(rid, [ord(rid)])
+    got = sched.schedule(2)
+    assert got == ["b", "c"], "b (5) and c (3) overtake a (0)"
+    sched.add("d", [ord("d")])
+    got = sched.schedule(1)
+    assert got == ["d"], "a was passed over once (one round, however many overtook it): LPM still decides"
+    sched.add("e", [ord("d")])
+    got = sched.schedule(1)
+    assert got == ["a"], "a has been passed over in two rounds = max_passed_over: it goes first"
+    assert sched.waiting == ["e"], "e is left"
+
+
+def test_passed_over_once_per_round_however_many_overtake():
+    lengths = {"old": 0, "n0": 9, "n1": 9, "n2": 9, "n3": 9, "n4": 9}
+    sched = _scheduler(lengths, max_passed_over=2)
+    sched.add("old", ["old"])
+    for rid in ("n0", "n1", "n2"):
+        sched.add(rid, [rid])
+    got = sched.schedule(3)
+    assert got == ["n0", "n1", "n2"], "three later requests overtake old in one round"
+    sched.add("n3", ["n3"])
+    got = sched.schedule(1)
+    assert got == ["n3"], "old was passed over in one round, not three: below max_passed_over 2, LPM decides"
+    sched.add("n4", ["n4"])
+    got = sched.schedule(1)
+    assert got == ["old"], "the second round that passed old over reaches max_passed_over 2: old goes first"
 
 
 def test_long_queue_falls_back_to_fcfs():
@@ -34,8 +70,10 @@ def test_long_queue_falls_back_to_fcfs():
     sched = _scheduler(lengths, fcfs_threshold=3)
     for rid in "abcd":
         sched.add(rid, [rid])
-    assert sched.schedule(2) == ["a", "b"], "4 waiting > threshold 3: arrival order"
-    assert sched.schedule(1) == ["d"], "2 waiting: LPM again"
+    got = sched.schedule(2)
+    assert got == ["a", "b"], "4 waiting > threshold 3: arrival order"
+    got = sched.schedule(1)
+    assert got == ["d"], "2 waiting: LPM again"
 
 
 def test_threshold_itself_still_uses_lpm():
@@ -43,7 +81,8 @@ def test_threshold_itself_still_uses_lpm():
     sched = _scheduler(lengths, fcfs_threshold=3)
     for rid in "abc":
         sched.add(rid, [rid])
-    assert sched.schedule(1) == ["c"], "exactly 3 waiting is not more than the threshold"
+    got = sched.schedule(1)
+    assert got == ["c"], "exactly 3 waiting is not more than the threshold"
 
 
 def test_fallback_does_not_compute_matches():
@@ -59,7 +98,7 @@ def test_fallback_does_not_compute_matches():
     sched.schedule(1)
     assert calls == [], "with a long queue, match_len must not be called"
     sched.schedule(1)
-    assert sorted(calls) == ["b", "c"]
+    assert sorted(calls) == ["b", "c"], "2 waiting: LPM matches each waiting prompt"
 
 
 def test_matches_are_recomputed_every_round():
@@ -67,9 +106,11 @@ def test_matches_are_recomputed_every_round():
     sched = _scheduler(lengths)
     for rid in "abc":
         sched.add(rid, [rid])
-    assert sched.schedule(1) == ["c"]
+    got = sched.schedule(1)
+    assert got == ["c"], "c has the longest match"
     lengths["a"] = 10                     # c's prefix is now cached, and a shares it
-    assert sched.schedule(1) == ["a"]
+    got = sched.schedule(1)
+    assert got == ["a"], "match_len is called afresh every round: a's match grew to 10"
 
 
 def test_starving_request_goes_first():
@@ -82,7 +123,7 @@ def test_starving_request_goes_first():
         lengths[rid] = 100
         sched.add(rid, [rid])
         picked.append(sched.schedule(1))
-    assert picked[:3] == [["new0"], ["new1"], ["old"]]
+    assert picked[:3] == [["new0"], ["new1"], ["old"]], "old goes first once passed over max_passed_over (2) times"
 
 
 def test_passed_over_is_counted_only_when_overtaken():
@@ -90,10 +131,13 @@ def test_passed_over_is_counted_only_when_overtaken():
     sched = _scheduler(lengths, max_passed_over=1)
     sched.add("a", ["a"])
     sched.add("b", ["b"])
-    assert sched.schedule(1) == ["a"], "a arrived first: b was not overtaken"
+    got = sched.schedule(1)
+    assert got == ["a"], "a arrived first: b was not overtaken"
     sched.add("c", ["c"])
-    assert sched.schedule(1) == ["c"], "b has not been passed over yet, so LPM decides"
-    assert sched.schedule(1) == ["b"]
+    got = sched.schedule(1)
+    assert got == ["c"], "b has not been passed over yet, so LPM decides"
+    got = sched.schedule(1)
+    assert got == ["b"], "b is all that is left"
 
 
 def test_starving_requests_keep_arrival_order():
@@ -101,17 +145,22 @@ def test_starving_requests_keep_arrival_order():
     sched = _scheduler(lengths, max_passed_over=1)
     for rid in "abx":
         sched.add(rid, [rid])
-    assert sched.schedule(1) == ["x"]     # a and b are both passed over once
+    got = sched.schedule(1)
+    assert got == ["x"], "x has the longest match; a and b are both passed over once"
     sched.add("y", ["y"])
-    assert sched.schedule(3) == ["a", "b", "y"]
+    got = sched.schedule(3)
+    assert got == ["a", "b", "y"], "the requests passed over max_passed_over times go first, in arrival order"
 
 
-def test_random_traffic_never_exceeds_the_bound():
+def test_random_traffic_against_a_model_and_the_bound():
+    """The test keeps its own passed-over counts (one per round in which a later arrival was
+    chosen) and derives each round's order from them; it also checks the bound."""
     rng = random.Random(106)
     for _trial in range(40):
         bound = rng.randint(0, 4)
+        threshold = rng.choice([3, 8, 128])
         lengths = {}
-        sched = _scheduler(lengths, max_passed_over=bound, fcfs_threshold=rng.choice([3, 8, 128]))
+        sched = _scheduler(lengths, max_passed_over=bound, fcfs_threshold=threshold)
         arrival, passed, served = {}, {}, []
         next_id = 0
         for _step in range(60):
@@ -125,8 +174,17 @@ def test_random_traffic_never_exceeds_the_bound():
                 lengths[rid] = max(0, lengths[rid] + rng.randint(-3, 3))
             before = sched.waiting
             assert before == sorted(before, key=arrival.get), "waiting is in arrival order"
-            chosen = sched.schedule(rng.randint(1, 3))
-            assert len(set(chosen)) == len(chosen) and set(chosen) <= set(before)
+            k = rng.randint(1, 3)
+            if len(before) > threshold:
+                order = before
+            else:
+                due = [r for r in before if passed[r] >= bound]
+                order = due + sorted((r for r in before if passed[r] < bound), key=lambda r: (-lengths[r], arrival[r]))
+            chosen = sched.schedule(k)
+            assert len(set(chosen)) == len(chosen), "no request is chosen twice in a round"
+            assert set(chosen) <= set(before), "only waiting requests are chosen"
+            assert chosen == order[:k], (f"passed over {dict((r, passed[r]) for r in before)} (max {bound}), "
+                                         f"matches {dict((r, lengths[r]) for r in before)}, fcfs above {threshold}")
             served += chosen
             latest = max((arrival[r] for r in chosen), default=-1)
             for rid in sched.waiting:
@@ -141,12 +199,14 @@ def test_zero_requests_changes_nothing_and_negative_is_an_error():
     scheduler = _scheduler({0: 5, 1: 9}, max_passed_over=1)
     scheduler.add("a", [0])
     scheduler.add("b", [1])
-    assert scheduler.schedule(0) == []
-    assert scheduler.waiting == ["a", "b"]
-    assert scheduler.schedule(1) == ["b"], "a was not passed over by the empty round"
+    got = scheduler.schedule(0)
+    assert got == [], "schedule(0) chooses nothing"
+    assert scheduler.waiting == ["a", "b"], "schedule(0) changes nothing"
+    got = scheduler.schedule(1)
+    assert got == ["b"], "a was not passed over by the empty round"
     try:
         scheduler.schedule(-1)
     except ValueError:
-        assert scheduler.waiting == ["a"]
+        assert scheduler.waiting == ["a"], "a rejected schedule(-1) changes nothing"
     else:
         raise AssertionError("schedule(-1) should raise ValueError")

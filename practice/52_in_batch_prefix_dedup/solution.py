@@ -17,7 +17,7 @@ def lpm_order(waiting: list[tuple[str, list[int]]], match_len: Callable[[list[in
     rids = [rid for rid, _ in waiting]
     if len(set(rids)) != len(rids):
         raise ValueError(f"waiting lists a request id twice: {rids}")
-    if not isinstance(fcfs_threshold, int) or fcfs_threshold < 0:
+    if type(fcfs_threshold) is not int or fcfs_threshold < 0:      # a bool is not a queue length
         raise ValueError(f"fcfs_threshold must be an int >= 0, got {fcfs_threshold!r}")
     if len(waiting) > fcfs_threshold:
         return rids                              # too many to match: first come, first served

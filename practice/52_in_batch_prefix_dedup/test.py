@@ -60,9 +60,12 @@ def test_deprioritize_threshold_is_inclusive():
 
 def test_custom_thresholds():
     waiting = [("a", [1, 2, 3, 9]), ("b", [1, 2, 3, 8]), ("c", [1, 2, 7]), ("d", [5])]
-    assert lpm_order(waiting, nothing_cached, deprioritize_threshold=3) == ["a", "c", "d", "b"]
-    assert lpm_order(waiting, nothing_cached, deprioritize_threshold=2) == ["a", "d", "b", "c"]
-    assert lpm_order(waiting, nothing_cached, deprioritize_threshold=5) == ["a", "b", "c", "d"]
+    assert lpm_order(waiting, nothing_cached, deprioritize_threshold=3) == ["a", "c", "d", "b"], \
+        "deprioritize_threshold 3: b shares 3 tokens with a and waits; c shares 2 and is kept"
+    assert lpm_order(waiting, nothing_cached, deprioritize_threshold=2) == ["a", "d", "b", "c"], \
+        "deprioritize_threshold 2: b and c both share at least 2 tokens with a and wait"
+    assert lpm_order(waiting, nothing_cached, deprioritize_threshold=5) == ["a", "b", "c", "d"], \
+        "deprioritize_threshold 5: nobody shares 5 tokens, queue order"
     assert lpm_order(waiting, cached_lengths({1: 1, 5: 0}), deprioritize_threshold=2, check_threshold=0) == [
         "a", "b", "c", "d"], "cached length 1 > check_threshold 0: nobody is checked"
 
@@ -82,7 +85,8 @@ def test_small_deprioritize_thresholds():
 
     assert lpm_order(waiting, match, deprioritize_threshold=1) == ["c", "b", "a"], (
         "a and b share no token: both kept, LPM order")
-    assert lpm_order(waiting + [("d", [2, 9])], match, deprioritize_threshold=1) == ["c", "b", "a", "d"]
+    assert lpm_order(waiting + [("d", [2, 9])], match, deprioritize_threshold=1) == ["c", "b", "a", "d"], \
+        "d shares 1 token with the kept b: it waits"
     assert lpm_order(waiting, match, deprioritize_threshold=0) == ["c", "a", "b"], (
         "sharing >= 0 tokens always holds: every checked request is deprioritized, the first one too")
 
@@ -90,14 +94,16 @@ def test_small_deprioritize_thresholds():
 def test_fcfs_threshold_zero():
     calls = []
     waiting = [("a", [1]), ("b", [2])]
-    assert lpm_order(waiting, lambda t: calls.append(t) or t[0], fcfs_threshold=0) == ["a", "b"]
-    assert calls == [], "any waiting request is more than 0"
-    assert lpm_order([], lambda t: 0, fcfs_threshold=0) == []
+    assert lpm_order(waiting, lambda t: calls.append(t) or t[0], fcfs_threshold=0) == ["a", "b"], \
+        "fcfs_threshold 0: any waiting request is more than 0, so queue order"
+    assert calls == [], "any waiting request is more than 0: match_len is not called"
+    assert lpm_order([], lambda t: 0, fcfs_threshold=0) == [], "an empty queue has an empty order"
 
 
 def test_negative_check_threshold_disables_the_check():
     waiting = [("a", SYSTEM), ("b", SYSTEM), ("c", SYSTEM + [1])]
-    assert lpm_order(waiting, nothing_cached, check_threshold=-1) == ["a", "b", "c"]
+    assert lpm_order(waiting, nothing_cached, check_threshold=-1) == ["a", "b", "c"], \
+        "check_threshold -1: no cached length is <= -1, so nobody is checked"
 
 
 def test_long_matches_are_neither_checked_nor_compared_against():
@@ -124,7 +130,8 @@ def test_only_earlier_requests_count():
 def test_compared_with_every_kept_prompt():
     waiting = [("a", [1] * 40), ("b", [2] * 40), ("c", [3] * 40), ("d", [2] * 33 + [0]), ("e", [4])]
     assert lpm_order(waiting, nothing_cached) == ["a", "b", "c", "e", "d"], "d shares 33 with b, the 2nd kept"
-    assert lpm_order(waiting, nothing_cached, deprioritize_threshold=34) == ["a", "b", "c", "d", "e"]
+    assert lpm_order(waiting, nothing_cached, deprioritize_threshold=34) == ["a", "b", "c", "d", "e"], \
+        "d shares 33 < 34 tokens with b: kept"
     waiting.insert(4, ("f", [3] * 41))
     assert lpm_order(waiting, nothing_cached) == ["a", "b", "c", "e", "d", "f"], "f shares 40 with c, the last kept"
 
@@ -139,14 +146,15 @@ def test_deprioritized_go_after_every_other_request():
 def test_lpm_order_longest_first_ties_in_queue_order():
     table = {1: 10, 2: 50, 3: 10, 4: 50, 5: 0}
     waiting = [(f"r{k}", [k]) for k in (1, 2, 3, 4, 5)]
-    assert lpm_order(waiting, cached_lengths(table)) == ["r2", "r4", "r1", "r3", "r5"]
+    assert lpm_order(waiting, cached_lengths(table)) == ["r2", "r4", "r1", "r3", "r5"], \
+        "longest cached length first, equal lengths in queue order"
 
 
 def test_deprioritized_keep_queue_order_among_themselves():
     table = {1: 0, 2: 20, 3: 10}
     waiting = [("a", [1] + SYSTEM), ("b", [2] + SYSTEM), ("c", [3]), ("d", [1] + SYSTEM + [5]), ("e", [2] + SYSTEM)]
     got = lpm_order(waiting, cached_lengths(table))
-    assert got == ["b", "c", "a", "d", "e"]
+    assert got == ["b", "c", "a", "d", "e"], "the deprioritized (d, then e) come last, in queue order"
 
 
 def test_long_queue_falls_back_to_fcfs_without_matching():
@@ -157,17 +165,18 @@ def test_long_queue_falls_back_to_fcfs_without_matching():
         return 100 * tokens[0]
 
     waiting = [(f"r{k}", [k]) for k in range(5)]
-    assert lpm_order(waiting, match_len, fcfs_threshold=4) == ["r0", "r1", "r2", "r3", "r4"]
+    assert lpm_order(waiting, match_len, fcfs_threshold=4) == ["r0", "r1", "r2", "r3", "r4"], \
+        "5 waiting > fcfs_threshold 4: queue order"
     assert calls == [], "with more than fcfs_threshold waiting, match_len is not called"
     assert lpm_order(waiting, match_len, fcfs_threshold=5) == ["r4", "r3", "r2", "r1", "r0"], "5 is not more than 5"
     assert sorted(calls) == [0, 1, 2, 3, 4], "match_len once per request"
-    assert lpm_order([], match_len) == []
+    assert lpm_order([], match_len) == [], "an empty queue has an empty order"
 
 
 def test_default_fcfs_threshold_is_128():
     waiting = [(f"r{k}", [k]) for k in range(129)]
-    assert lpm_order(waiting, lambda t: t[0]) == [rid for rid, _ in waiting]
-    assert lpm_order(waiting[:128], lambda t: t[0])[0] == "r127"
+    assert lpm_order(waiting, lambda t: t[0]) == [rid for rid, _ in waiting], "129 > 128 waiting: queue order"
+    assert lpm_order(waiting[:128], lambda t: t[0])[0] == "r127", "128 waiting is not more than 128: LPM order"
 
 
 def test_bad_input():
@@ -175,15 +184,16 @@ def test_bad_input():
     for fcfs in (0, 1):
         assert raises_value_error(lambda fcfs=fcfs: lpm_order([("a", [1]), ("a", [2])], nothing_cached,
                                                               fcfs_threshold=fcfs)), f"id listed twice, fcfs_threshold={fcfs}"
-    assert raises_value_error(lambda: lpm_order([("a", [1])], nothing_cached, fcfs_threshold=-1))
-    assert raises_value_error(lambda: lpm_order([("a", [1])], nothing_cached, fcfs_threshold=2.5))
+    for bad in (-1, 2.5, True, "4"):
+        assert raises_value_error(lambda bad=bad: lpm_order([("a", [1])], nothing_cached, fcfs_threshold=bad)), \
+            f"fcfs_threshold={bad!r} is not an int >= 0 (a bool is not)"
 
 
 def test_input_is_not_changed():
     waiting = [("a", SYSTEM + [1]), ("b", SYSTEM + [2]), ("c", [3])]
     copy = [(rid, list(tokens)) for rid, tokens in waiting]
     lpm_order(waiting, nothing_cached)
-    assert waiting == copy
+    assert waiting == copy, "waiting is not changed"
 
 
 def reference(waiting, match_len, check, dep, fcfs):
@@ -225,4 +235,6 @@ def test_random_queues_against_a_trie():
         match_len = by_prompt.__getitem__
         got = lpm_order(waiting, lambda t, m=match_len: m(tuple(t)), check_threshold=check,
                         deprioritize_threshold=dep, fcfs_threshold=fcfs)
-        assert got == reference(waiting, lambda t, m=match_len: m(tuple(t)), check, dep, fcfs)
+        expected = reference(waiting, lambda t, m=match_len: m(tuple(t)), check, dep, fcfs)
+        assert got == expected, (f"check_threshold {check}, deprioritize_threshold {dep}, fcfs_threshold {fcfs}, "
+                                 f"cached lengths {lengths}")

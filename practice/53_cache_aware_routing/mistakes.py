@@ -25,4 +25,8 @@ MISTAKES = [
      "explain": 'Hashes each block without its parent, so a block matches after any prefix.',
      "old": '            parent = hash((parent, tuple(token_ids[start:start + self.block_size])))\n',
      "new": '            parent = hash(tuple(token_ids[start:start + self.block_size]))\n'},
+    {"name": 'threshold_inclusive',
+     "explain": 'Takes a match equal to cache_threshold as useful: the rule asks for a match greater than it.',
+     "old": '            if hashes and max(matched) / len(hashes) > self.cache_threshold:\n',
+     "new": '            if hashes and max(matched) / len(hashes) >= self.cache_threshold:\n'},
 ]

@@ -9,7 +9,7 @@ MISTAKES = [
     {"name": "host_eviction_takes_backed_up_leaves",
      "explain": "Host eviction takes every leaf with a host copy, device+host ones included, and deletes it: "
                 "it throws away device pages (even locked ones) to free host pages.",
-     "old": "    return not node.on_device and not node.children and node.host_ref == 0",
+     "old": "    return not node.on_device and not node.children and node.lock_ref == 0 and node.host_ref == 0",
      "new": "    return node.on_host and not node.children and node.host_ref == 0"},
     {"name": "demotes_only_inner_nodes",
      "explain": "Deletes every device leaf that has no children, host copy or not: a backed-up hit that "
@@ -17,9 +17,15 @@ MISTAKES = [
      "old": "        if node.on_host:\n            done.append((node.name, \"demote\"))",
      "new": "        if node.children:\n            done.append((node.name, \"demote\"))"},
     {"name": "ignores_host_ref",
-     "explain": "Deletes a host copy that a load is reading right now (SGLang's host_ref_counter).",
-     "old": "    return not node.on_device and not node.children and node.host_ref == 0",
-     "new": "    return not node.on_device and not node.children"},
+     "explain": "Deletes a host copy that a copy is reading right now (a load-back here; a storage backup or "
+                "prefetch in SGLang, whose host_ref_counter this is).",
+     "old": "and node.lock_ref == 0 and node.host_ref == 0",
+     "new": "and node.lock_ref == 0"},
+    {"name": "host_eviction_ignores_locks",
+     "explain": "Takes locked host-only nodes too (\"locks protect device pages only\"): SGLang's host-leaf test "
+                "skips any node with lock_ref > 0, so a node a request holds is never taken from either tier.",
+     "old": "and node.lock_ref == 0 and node.host_ref == 0",
+     "new": "and node.host_ref == 0"},
     {"name": "no_parent_push_on_the_host",
      "explain": "Never reconsiders a host-only parent that has just become a leaf: a cold branch is only "
                 "peeled one level per call.",

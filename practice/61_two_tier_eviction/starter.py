@@ -15,7 +15,7 @@ class Node:
         self.on_device = on_device
         self.on_host = on_host
         self.lock_ref = lock_ref          # running requests using this node's device pages
-        self.host_ref = host_ref          # loads reading this node's host copy right now
+        self.host_ref = host_ref          # copies reading this node's host copy right now
 
     def __repr__(self) -> str:
         where = "+".join(w for w, on in (("device", self.on_device), ("host", self.on_host)) if on) or "nowhere"
@@ -64,7 +64,7 @@ def evict_device(tree, num_pages):
 
 def evict_host(tree, num_pages):
     """Free at least num_pages host pages: delete host-only leaves (no device copy, no children,
-    not being loaded), least recently used first (ties: smaller name first); a parent that becomes
-    one is a candidate in the same call. Returns the deleted names in order.
+    no lock, no reader of the host copy), least recently used first (ties: smaller name first); a
+    parent that becomes one is a candidate in the same call. Returns the deleted names in order.
     A negative num_pages raises ValueError."""
     raise NotImplementedError

@@ -7,4 +7,6 @@ EQUIVALENT = {
     _CHECK + "'min(host_hit, device_hit, min_tokens, free_pages)'": _MIN,
     _CHECK + "'min(device_hit, min_tokens, host_hit, free_pages)'": _MIN,
     _CHECK + "'min(device_hit, host_hit, free_pages, min_tokens)'": _MIN,
+    "plan_load_back: 'break' -> 'continue'":
+        "evicted only grows, so once it has reached the load's pages every later entry is skipped too",
 }

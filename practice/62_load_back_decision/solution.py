@@ -16,29 +16,32 @@ class Entry(NamedTuple):
 class LoadPlan(NamedTuple):
     prefix_tokens: int       # the request's prefix after the load: device hit + loaded tokens
     load_tokens: int         # host tokens copied to the device (0: nothing is loaded)
-    evict: list              # names of the entries to evict first, in eviction order
+    evict: list              # names of the entries evicted, in eviction order (kept even when nothing loads)
 
 
 def plan_load_back(device_hit, host_hit, *, page_size, min_tokens, free_pages, cached):
     """Decide the load-back of a host hit of host_hit tokens after a device hit of device_hit
-    tokens: load its whole pages, all or nothing, only if that is at least min_tokens; take room
-    from free_pages first, then evict entries of cached (least recently used first, ties by
-    name), never a locked one nor one of the request's own hit; evict only what is needed, and
-    nothing at all when the load does not happen."""
+    tokens, as SGLang 0.5.9's HiRadixCache.load_back: load its whole pages, all or nothing, only if
+    that is at least min_tokens. If free_pages cannot hold them, evict entries of cached (least
+    recently used first, ties by name; never a locked one nor one of the request's own hit) until
+    the evicted pages reach the whole load, then try again; if that is still short, load nothing and
+    keep the evictions."""
     if page_size < 1 or min(device_hit, host_hit, min_tokens, free_pages) < 0 or device_hit % page_size:
         raise ValueError("page_size must be >= 1, the other numbers >= 0, device_hit whole pages")
     pages = host_hit // page_size
     load = pages * page_size
     if load < min_tokens:
         return LoadPlan(device_hit, 0, [])
-    need = pages - free_pages
+    if free_pages >= pages:                       # the first allocation succeeds
+        return LoadPlan(device_hit + load, load, [])
     candidates = sorted((e for e in cached if e.lock_ref == 0 and not e.in_hit),
                         key=lambda e: (e.last_access, e.name))
-    evict = []
-    while need > 0 and candidates:
-        entry = candidates.pop(0)
+    evict, evicted = [], 0
+    for entry in candidates:                      # evict as many pages as the whole load, not the shortfall
+        if evicted >= pages:
+            break
         evict.append(entry.name)
-        need -= entry.pages
-    if need > 0:
-        return LoadPlan(device_hit, 0, [])
+        evicted += entry.pages
+    if free_pages + evicted < pages:              # the retry fails too; the evictions are not undone
+        return LoadPlan(device_hit, 0, evict)
     return LoadPlan(device_hit + load, load, evict)

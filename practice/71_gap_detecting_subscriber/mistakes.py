@@ -17,4 +17,9 @@ MISTAKES = [
      "explain": "asks the replay for the batches after the live one's predecessor instead of from the first missing seq",
      "old": "            for replayed_seq, replayed_events in self.replay(self._next):\n",
      "new": "            for replayed_seq, replayed_events in self.replay(seq):\n"},
+    {"name": "stops_the_replay_at_the_gap",
+     "explain": "applies the replay only up to the live batch, as chapter 07's `follow` models a replay: the "
+                "batches the replay brought beyond it are thrown away and the view lags the engine",
+     "old": "                self._apply(replayed_seq, replayed_events)\n",
+     "new": "                if replayed_seq < seq:\n                    self._apply(replayed_seq, replayed_events)\n"},
 ]

@@ -55,10 +55,14 @@ def test_example_in_order_needs_no_replay():
     for i in range(4):
         engine.publish(("stored", [i, 10 + i]), ("removed", [10 + i - 1]))
     view = GapAwareSubscriber(engine.replay)
-    assert view.hashes == set() and view.gaps_detected == 0 and view.restarts == 0
+    assert view.hashes == set(), "a new subscriber's view is empty"
+    assert view.gaps_detected == 0, "a new subscriber has detected no gap"
+    assert view.restarts == 0, "a new subscriber has detected no restart"
     feed(engine, view, 0, 1, 2, 3)
-    assert view.hashes == engine.truth() == {0, 1, 2, 3, 13}
-    assert engine.replay_calls == [] and view.gaps_detected == 0 and view.restarts == 0
+    assert view.hashes == {0, 1, 2, 3, 13}, "in order: apply every batch"
+    assert engine.replay_calls == [], "in order: no replay"
+    assert view.gaps_detected == 0, "in order: no gap"
+    assert view.restarts == 0, "in order: no restart"
 
 
 def test_example_a_lost_batch_is_replayed():
@@ -68,7 +72,9 @@ def test_example_a_lost_batch_is_replayed():
     view = GapAwareSubscriber(engine.replay)
     feed(engine, view, 0, 1, 3)
     assert engine.replay_calls == [2], "one replay, from the first missing seq"
-    assert view.hashes == {0, 1, 2, 3} and view.gaps_detected == 1 and view.restarts == 0
+    assert view.hashes == {0, 1, 2, 3}, "the replayed batch 2 is applied, then the live batch 3"
+    assert view.gaps_detected == 1, "one gap"
+    assert view.restarts == 0, "a gap is no restart"
 
 
 def test_missing_batches_are_applied_before_the_live_one():
@@ -78,12 +84,13 @@ def test_missing_batches_are_applied_before_the_live_one():
     engine.publish(("stored", [7]))             # 7 is back: order decides the answer
     view = GapAwareSubscriber(engine.replay)
     feed(engine, view, 0, 2)
-    assert view.hashes == engine.truth() == {7, 8}
+    assert view.hashes == {7, 8}, "the missing batch 1 ('removed 7') is applied before the live batch 2 ('stored 7')"
     engine.publish(("removed", [8]))            # lost
     engine.publish(("cleared",), ("stored", [5]))   # lost
     engine.publish(("stored", [8]))
     feed(engine, view, 5)
-    assert engine.replay_calls == [1, 3] and view.hashes == engine.truth() == {5, 8}
+    assert engine.replay_calls == [1, 3], "a second gap: a second replay, from its first missing seq (3)"
+    assert view.hashes == {5, 8}, "batches 3 and 4 are applied in order before the live batch 5"
 
 
 def test_a_late_joiner_replays_from_zero():
@@ -93,7 +100,9 @@ def test_a_late_joiner_replays_from_zero():
     view = GapAwareSubscriber(engine.replay)
     feed(engine, view, 5)
     assert engine.replay_calls == [0], "a publisher counts from 0: everything before 5 is missing"
-    assert view.hashes == engine.truth() == {4, 5} and view.gaps_detected == 1 and view.restarts == 0
+    assert view.hashes == {4, 5}, "a late joiner ends up with the engine's set"
+    assert view.gaps_detected == 1, "joining late is one gap"
+    assert view.restarts == 0, "joining late is no restart"
 
 
 def test_the_replay_runs_ahead_and_live_duplicates_are_ignored():
@@ -105,15 +114,18 @@ def test_the_replay_runs_ahead_and_live_duplicates_are_ignored():
     engine.publish(("stored", [4]))
     view = GapAwareSubscriber(engine.replay)
     feed(engine, view, 0, 2)
-    assert view.hashes == engine.truth() == {1, 2, 4}, "the replay returned batches 1-4"
+    assert view.hashes == {1, 2, 4}, \
+        "the replay returned batches 1-4: apply all of them, also those beyond the live batch 2"
     feed(engine, view, 3)                      # arrives live now: applied already
     assert view.hashes == {1, 2, 4}, "a live duplicate of 'stored [3]' must not bring 3 back"
     feed(engine, view, 4)
     assert view.restarts == 0, "a live seq below the next one to apply is a duplicate, not a restart"
-    assert view.gaps_detected == 1 and engine.replay_calls == [1]
+    assert view.gaps_detected == 1, "live duplicates are no gap"
+    assert engine.replay_calls == [1], "live duplicates need no replay"
     engine.publish(("removed", [1]))
     feed(engine, view, 5)
-    assert view.hashes == {2, 4} and engine.replay_calls == [1]
+    assert view.hashes == {2, 4}, "after the duplicates, the next live batch applies as usual"
+    assert engine.replay_calls == [1], "the next live batch needs no replay"
 
 
 def test_replayed_duplicates_are_applied_once():
@@ -124,7 +136,7 @@ def test_replayed_duplicates_are_applied_once():
     engine.publish(("stored", [3]))
     view = GapAwareSubscriber(lambda start: engine.replay(start) + engine.replay(start)[:2])
     feed(engine, view, 0, 3)
-    assert view.hashes == engine.truth() == {2, 3}, "the replay repeated batches 1-2: apply them once"
+    assert view.hashes == {2, 3}, "the replay repeated batches 1-2: apply them once, in seq order"
 
 
 def test_two_gaps_two_replays():
@@ -137,8 +149,9 @@ def test_two_gaps_two_replays():
     feed(engine, view, 2)
     engine.runs[-1] = [(i, [("stored", [i])]) for i in range(8)]
     feed(engine, view, 3, 6, 7)
-    assert engine.replay_calls == [1, 4] and view.gaps_detected == 2
-    assert view.hashes == set(range(8))
+    assert engine.replay_calls == [1, 4], "two gaps: a replay from 1, then one from 4"
+    assert view.gaps_detected == 2, "two gaps counted"
+    assert view.hashes == set(range(8)), "every batch applied"
 
 
 def test_a_restart_empties_the_view():
@@ -150,11 +163,14 @@ def test_a_restart_empties_the_view():
     engine.restart()
     engine.publish(("stored", [9]))
     feed(engine, view, 0)
-    assert view.restarts == 1 and view.hashes == {9}, "the old run's blocks are gone with its process"
-    assert engine.replay_calls == [] and view.gaps_detected == 0
+    assert view.restarts == 1, "a live seq not above the last live seq (0 after 1) is a restart"
+    assert view.hashes == {9}, "the old run's blocks are gone with its process"
+    assert engine.replay_calls == [], "the new run's batch 0 arrived: nothing to replay"
+    assert view.gaps_detected == 0, "the new run's batch 0 arrived: no gap"
     engine.publish(("stored", [8]))
     feed(engine, view, 1)
-    assert view.hashes == {8, 9} and view.restarts == 1
+    assert view.hashes == {8, 9}, "the new run goes on in order"
+    assert view.restarts == 1, "the new run's next batch is no second restart"
 
 
 def test_a_restart_whose_first_batches_were_lost():
@@ -167,10 +183,13 @@ def test_a_restart_whose_first_batches_were_lost():
     for i in range(4):
         engine.publish(("stored", [100 + i]))
     feed(engine, view, 2)                        # 0 and 1 of the new run were lost; 2 < 5
-    assert view.restarts == 1 and engine.replay_calls == [0]
-    assert view.hashes == {100, 101, 102, 103} and view.gaps_detected == 1
+    assert view.restarts == 1, "live seq 2 after 5: a restart"
+    assert engine.replay_calls == [0], "the new run's 0 and 1 were lost: replay from 0"
+    assert view.hashes == {100, 101, 102, 103}, "the view is the new run's, replayed up to its last batch"
+    assert view.gaps_detected == 1, "a restart with lost batches is also a gap"
     feed(engine, view, 3)
-    assert view.hashes == engine.truth() and view.restarts == 1
+    assert view.hashes == {100, 101, 102, 103}, "batch 3 came with the replay: a duplicate"
+    assert view.restarts == 1, "a duplicate after a restart is no second restart"
 
 
 def test_a_live_seq_equal_to_the_last_one_is_a_restart():
@@ -183,7 +202,9 @@ def test_a_live_seq_equal_to_the_last_one_is_a_restart():
     for i in range(3):
         engine.publish(("stored", [50 + i]))
     feed(engine, view, 2)
-    assert view.restarts == 1 and engine.replay_calls == [0] and view.hashes == {50, 51, 52}
+    assert view.restarts == 1, "live seq 2 after live seq 2: the live stream never repeats a seq, so a restart"
+    assert engine.replay_calls == [0], "the new run's 0 and 1 were lost: replay from 0"
+    assert view.hashes == {50, 51, 52}, "the view is the new run's"
 
 
 def test_restart_at_seq_zero_twice():
@@ -195,8 +216,10 @@ def test_restart_at_seq_zero_twice():
         engine.restart()
         engine.publish(("stored", [10 + k]))
         feed(engine, view, 0)
-        assert view.restarts == k + 1 and view.hashes == {10 + k}
-    assert engine.replay_calls == [] and view.gaps_detected == 0
+        assert view.restarts == k + 1, "seq 0 after seq 0 is a restart"
+        assert view.hashes == {10 + k}, "each restart empties the view first"
+    assert engine.replay_calls == [], "every run's batch 0 arrived: no replay"
+    assert view.gaps_detected == 0, "every run's batch 0 arrived: no gap"
 
 
 def test_random_streams_against_the_truth():
@@ -242,8 +265,10 @@ def test_random_streams_against_the_truth():
                 else:
                     assert engine.replay_calls[calls:] == [], "no replay without a gap"
                 obtained = max(obtained, seq)
-                assert view.hashes == engine.truth(obtained)
-                assert (view.gaps_detected, view.restarts) == (gaps, restarts)
+                assert view.hashes == engine.truth(obtained), \
+                    f"after live seq {seq}: the engine's set after every batch the view was given (up to {obtained})"
+                assert view.gaps_detected == gaps, "gaps_detected counts each live batch above the next seq to apply"
+                assert view.restarts == restarts, "restarts counts each live seq not above the last live seq"
             elif last_live >= 0:
                 engine.restart()                  # the old run's undelivered batches die with it
                 pending, fresh_run = [], True
@@ -255,4 +280,4 @@ def test_random_streams_against_the_truth():
         while pending:
             view.receive(*pending.pop(0))
         if last_live >= 0 and engine.batches:
-            assert view.hashes == engine.truth()
+            assert view.hashes == engine.truth(), "once every batch is delivered, the view is the engine's set"
