@@ -40,8 +40,9 @@ of the request's blocks, from block 0, that the index says it holds in any mediu
   ``lib/kv-router/src/scheduling/selector.rs``) it is ``prefill_load_scale * max(raw_prefill_blocks -
   overlap_credit_blocks, 0) + decode_blocks + decode_active_request_weight * active_requests``, where
   ``raw_prefill_blocks`` counts the worker's active prefill tokens plus this request's, and the
-  credit is ``overlap_score_credit`` (0 to 1, default 1) per device block plus 0.75 per host and 0.25
-  per disk block; ``overlap_score_weight`` survives in ``lib/kv-router/src/scheduling/config.rs`` only
+  credit is ``overlap_score_credit`` (default 1; 0 to 1 in the v1.2 documentation) per device block
+  plus 0.75 per host and 0.25 per disk block (a decay factor and a shared-cache term, off by default,
+  left out here); ``overlap_score_weight`` survives in ``lib/kv-router/src/scheduling/config.rs`` only
   as a deprecated alias that sets ``prefill_load_scale`` (and, at 0, the credit too). This policy
   keeps the classic form, which is the new one with no queued prefill, no host or disk blocks and
   ``decode_active_request_weight`` 0. Defaults of the classic form, as ``KvRouterConfig::default()``
