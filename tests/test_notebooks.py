@@ -1,9 +1,12 @@
-"""Every chapter executes top to bottom, headless, on CPU with the default model."""
+"""Every chapter executes top to bottom, headless, on CPU with the default model, and then the
+code of its Try it: every ```python fence of the Try it section runs after the chapter, in the
+chapter's namespace, as a reader would paste it."""
 
 import json
 from pathlib import Path
 
 import pytest
+from figure_check import try_it_fences
 
 NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 CELL_TIMEOUT_S = 120   # a whole chapter should run in under two minutes; no single cell may exceed it
@@ -33,9 +36,19 @@ def test_executes_headless(path, monkeypatch):
     monkeypatch.setenv("NANO_ENGINE_HEADLESS", "1")     # notebooks may shorten optional demos
     monkeypatch.setenv("MPLBACKEND", "Agg")
     nb = nbformat.read(path, as_version=4)
+    for fence in [f for cell in nb.cells if cell.cell_type == "markdown" for f in try_it_fences(cell.source)]:
+        nb.cells.append(nbformat.v4.new_code_cell(fence, metadata={"tags": ["try-it"]}))   # after the chapter
     client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
                             resources={"metadata": {"path": str(path.parent)}})
-    client.execute()        # raises on the first failing cell, naming it
+    client.execute()        # raises on the first failing cell (a Try it fence too), naming it
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_try_it_code_is_python(path):
+    """Every ```python fence of a Try it compiles (the notebook test runs them; this one is offline)."""
+    cells = json.loads(path.read_text())["cells"]
+    for fence in [f for cell in cells if cell["cell_type"] == "markdown" for f in try_it_fences("".join(cell["source"]))]:
+        compile(fence, f"{path.name} Try it", "exec")
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
