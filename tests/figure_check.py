@@ -84,7 +84,8 @@ CITATION_MARK = re.compile(
     r"|\bdocs\b|\bREADME\b")
 OWN_RUN = re.compile(
     r"\b(?:here|the replay|the replays|this replay|we|our|ours|us|this package|the package|this chapter|"
-    r"the chapter's|above|below|this run|the run|the runs|prints?|printed|measured)\b", re.IGNORECASE)
+    r"the chapter's|this run|the run|the runs|prints?|printed|measured)\b|\b(?:above|below)(?=\s*[.,;:)]|\s*$)",
+    re.IGNORECASE)
 
 SAME = r"(?:\b(?:do|does|did)\s+the\s+same\b|\bthe\s+same\s+as\b|\bidentical(?:ly)?\b|(?<![-\w])equals?\b)"
 VAGUE_SAME = re.compile(r"\b(?:do|does|did)\s+the\s+same\b|\bthe\s+same\s+as\b", re.I)
@@ -119,6 +120,7 @@ def shorten(text: str, width: int = 160) -> str:
 def strip_markup(text: str) -> str:
     """The prose of a markdown cell without what is never a figure: fences, HTML comments, History
     boxes, link targets and images. Inline code spans are kept for now (citations are read in them)."""
+    text = re.sub(r"^[ \t]*>[ \t]?", "", text, flags=re.M)                     # blockquotes: their text
     text = re.sub(r"```.*?```", " ", text, flags=re.S)
     text = re.sub(r"<!--.*?-->", " ", text, flags=re.S)
     text = re.sub(r"<details>\s*<summary>\s*History.*?</details>", " ", text, flags=re.S | re.I)
@@ -135,7 +137,7 @@ def self_test_span(text: str) -> str:
 
 def sentences(paragraph: str) -> list[str]:
     """Split on sentence ends (not on "e.g.", decimals or abbreviations with a period inside)."""
-    parts = re.split(r"(?<=[.!?])\s+(?=[A-Z*(`\"“])|\n\s*\n|\n\s*[-*]\s+|\n\s*\d+\.\s+|\n\s*>\s*", paragraph)
+    parts = re.split(r"(?<=[.!?])\s+(?=[A-Z*(`\"“])|\n\s*\n|\n\s*[-*]\s+|\n\s*\d+\.\s+", paragraph)
     return [p.strip() for p in parts if p and p.strip()]
 
 
@@ -204,19 +206,22 @@ def paragraphs(text: str) -> list[str]:
     return [p for p in re.split(r"\n\s*\n|\n(?=\s*(?:[-*]|\d+\.)\s)|\n(?=\s*>?\s*\|)", text) if p.strip()]
 
 
-def attributed(text: str) -> list[tuple[str, bool]]:
+def attributed(text: str, with_sentence: bool = False) -> list:
     """Each clause of ``text`` with whether it reports another system's figure: it cites a source, or
-    follows such a clause in the same paragraph without speaking of this chapter's own runs again."""
+    follows such a clause in the same sentence (or in the next, if that one opens with "Its", "Their",
+    "They", ...) without speaking of this chapter's own runs again."""
     out = []
     for paragraph in paragraphs(strip_markup(text)):
         exempt = False
         for sentence in sentences(paragraph):
+            # another system's figures go on into the next sentence only if it goes on about them
+            exempt = exempt and bool(re.match(r"[*_(\s]*(?:Its|It|Their|They|There|These|Those|The paper)\b", sentence))
             for clause in clauses(sentence):
                 if CITATION_MARK.search(clause):
                     exempt = not OWN_RUN.search(re.sub(r"`[^`]*`", " ", clause))
                 elif exempt and OWN_RUN.search(clause):
                     exempt = False
-                out.append((clause, exempt))
+                out.append((clause, exempt, sentence) if with_sentence else (clause, exempt))
     return out
 
 
@@ -241,21 +246,19 @@ def prose_figures(text: str) -> list[tuple[Figure, str]]:
 
 
 def prose_claims(text: str) -> list[tuple[str, str, str]]:
-    """(class, matched words, sentence) for every claim without a number in ``text``'s prose."""
+    """(class, matched words, sentence) for every claim without a number in ``text``'s prose (a claim
+    is looked for clause by clause: a clause that reports another system's claim is skipped)."""
     out = []
     text = re.sub(r"^#.*$", " ", text, flags=re.M)                                   # headings name, not claim
-    for paragraph in paragraphs(strip_markup(text)):
-        for sentence in sentences(paragraph):
-            if sentence.rstrip(" *_)").endswith("?") or "Predict" in sentence[:20]:
-                continue                                                         # a question claims nothing
-            plain = re.sub(r"`([^`]*)`", r"\1", sentence)
-            if CITATION_MARK.search(sentence) and not OWN_RUN.search(plain):
-                continue
-            for kind, pattern in CLAIMS.items():
-                m = pattern.search(plain)
-                if m:
-                    out.append((kind, " ".join(m.group(0).split()), sentence))
-                    break
+    for clause, exempt, sentence in attributed(text, with_sentence=True):
+        if exempt or clause.rstrip(" *_)").endswith("?") or "Predict" in clause[:20]:
+            continue                                                         # others' claims; questions
+        plain = re.sub(r"`([^`]*)`", r"\1", clause)
+        for kind, pattern in CLAIMS.items():
+            m = pattern.search(plain)
+            if m:
+                out.append((kind, " ".join(m.group(0).split()), sentence))
+                break
     return out
 
 
@@ -419,6 +422,7 @@ def check_chapter(path: Path) -> list[Finding]:
             continue
         beside = runs_beside(i)
         unchecked_run = any(RUN.search(src) and "predict(" not in src and not _has_check(src) for src in beside)
+        set_up_with = [x for src in beside for x in _run_inputs(src)]
         for heading, text in sections(self_test_span("".join(cell["source"])), current):
             current = heading
             if heading.startswith(CITING_SECTIONS):
@@ -437,7 +441,8 @@ def check_chapter(path: Path) -> list[Finding]:
                         findings.append(Finding(name, i, kind, words, sentence))
                 continue
             for figure, where in prose_figures(text):
-                if not chapter.covers_figure(figure):
+                is_input = heading != "Summary" and any(_same(figure.value, x) for x in set_up_with)
+                if not (is_input or chapter.covers_figure(figure)):
                     findings.append(Finding(name, i, "figure", figure.text, where))
             for kind, words, sentence in prose_claims(text):
                 if kind in ("same", "compare") and not VAGUE_SAME.search(sentence) and heading != "Summary" \
@@ -461,6 +466,27 @@ def _covered_beside(kind: str, sentence: str, beside: list[str]) -> bool:
     if kind == "compare" and re.search(r"\bthan\b", sentence):
         return any(re.search(r"[<>]", a) for a in asserts)
     return False
+
+
+def _run_inputs(source: str) -> list[float]:
+    """The inputs a code cell sets its run up with: numbers passed to a call (by keyword or by
+    position, alone or in a tuple) and numbers assigned to a name (``CAP = 6000``)."""
+    try:
+        tree = ast.parse(_strip_magics(source))
+    except SyntaxError:
+        return []
+    values: list[ast.expr] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            values += node.args + [k.value for k in node.keywords]
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            values.append(node.value)
+    out = []
+    for v in values:
+        items = v.elts if isinstance(v, ast.Tuple) else [v]
+        out += [float(x.value) for x in items if isinstance(x, ast.Constant) and isinstance(x.value, (int, float))
+                and not isinstance(x.value, bool)]
+    return out
 
 
 def _all_literals(source: str) -> list[float]:

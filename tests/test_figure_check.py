@@ -15,8 +15,8 @@ from figure_check import CHAPTERS, check_chapter, prose_figures
 # Chapters 06 and 07 are being rewritten on another branch (`ch67`) to the same rule; until that
 # branch is merged, they are known to fail here.
 KNOWN_FAILING = {"06_host_tier", "07_many_engines",
-                 "00_the_model", "01_paged_block_pool", "02_prefix_cache_hashed_blocks", "03_radix_tree",
-                 "05_scheduling_and_routing"}   # fixed in the next commits
+                 "00_the_model", "01_paged_block_pool", "02_prefix_cache_hashed_blocks", "03_radix_tree"}
+# (00-03: fixed in the next commits)
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
