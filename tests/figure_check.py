@@ -106,6 +106,7 @@ class Finding:
     kind: str            # "figure" or the claim's class ("same", "contrast", "compare", "never")
     text: str            # the figure as written, or the claim's words
     sentence: str        # where it stands
+    section: str = ""    # the "## " heading it stands under
 
     def __str__(self) -> str:
         what = f"figure {self.text!r}" if self.kind == "figure" else f"{self.kind} claim {self.text!r}"
@@ -354,7 +355,7 @@ def _same(a: float, b: float) -> bool:
 
 
 def _words(text: str) -> list[str]:
-    return re.findall(r"[a-z0-9%.]+", re.sub(r"[`*_]", "", text.lower()).replace("’", "'"))
+    return re.findall(r"[a-z0-9%]+(?:\.[0-9]+)?", re.sub(r"[`*_]", "", text.lower()).replace("’", "'"))
 
 
 # ---------------------------------------------------------------------------------- a chapter
@@ -421,7 +422,8 @@ def check_chapter(path: Path) -> list[Finding]:
         if cell["cell_type"] != "markdown":
             continue
         beside = runs_beside(i)
-        unchecked_run = any(RUN.search(src) and "predict(" not in src and not _has_check(src) for src in beside)
+        unchecked_run = any(RUN.search(src) and "predict(" not in src and ".reveal(" not in src and not _has_check(src)
+                            for src in beside)
         set_up_with = [x for src in beside for x in _run_inputs(src)]
         for heading, text in sections(self_test_span("".join(cell["source"])), current):
             current = heading
@@ -432,18 +434,18 @@ def check_chapter(path: Path) -> list[Finding]:
                 question = ANSWERS.sub(" ", text)
                 for figure, where in prose_figures(question):
                     if not (tried.covers_figure(figure) or any(_same(figure.value, x) for x in inputs)):
-                        findings.append(Finding(name, i, "figure", figure.text, where))
+                        findings.append(Finding(name, i, "figure", figure.text, where, heading))
                 for figure, where in prose_figures(answers):
                     if not (tried.covers_figure(figure) or any(_same(figure.value, x) for x in inputs)):
-                        findings.append(Finding(name, i, "figure", figure.text, where))
+                        findings.append(Finding(name, i, "figure", figure.text, where, heading))
                 for kind, words, sentence in prose_claims(answers):
                     if not tried.covers_claim(sentence):
-                        findings.append(Finding(name, i, kind, words, sentence))
+                        findings.append(Finding(name, i, kind, words, sentence, heading))
                 continue
             for figure, where in prose_figures(text):
                 is_input = heading != "Summary" and any(_same(figure.value, x) for x in set_up_with)
                 if not (is_input or chapter.covers_figure(figure)):
-                    findings.append(Finding(name, i, "figure", figure.text, where))
+                    findings.append(Finding(name, i, "figure", figure.text, where, heading))
             for kind, words, sentence in prose_claims(text):
                 if kind in ("same", "compare") and not VAGUE_SAME.search(sentence) and heading != "Summary" \
                         and not unchecked_run:
@@ -452,7 +454,7 @@ def check_chapter(path: Path) -> list[Finding]:
                     continue
                 if heading != "Summary" and _covered_beside(kind, sentence, beside):
                     continue
-                findings.append(Finding(name, i, kind, words, sentence))
+                findings.append(Finding(name, i, kind, words, sentence, heading))
     return findings
 
 
@@ -469,8 +471,9 @@ def _covered_beside(kind: str, sentence: str, beside: list[str]) -> bool:
 
 
 def _run_inputs(source: str) -> list[float]:
-    """The inputs a code cell sets its run up with: numbers passed to a call (by keyword or by
-    position, alone or in a tuple) and numbers assigned to a name (``CAP = 6000``)."""
+    """The inputs a code cell sets its run up with: the numbers in the arguments of its calls (by
+    keyword or by position), in the values it assigns to names (``CAP = 6000``,
+    ``budget = 256 * 2**20``) and in its functions' default arguments. Subscripts are not inputs."""
     try:
         tree = ast.parse(_strip_magics(source))
     except SyntaxError:
@@ -481,12 +484,9 @@ def _run_inputs(source: str) -> list[float]:
             values += node.args + [k.value for k in node.keywords]
         elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
             values.append(node.value)
-    out = []
-    for v in values:
-        items = v.elts if isinstance(v, ast.Tuple) else [v]
-        out += [float(x.value) for x in items if isinstance(x, ast.Constant) and isinstance(x.value, (int, float))
-                and not isinstance(x.value, bool)]
-    return out
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            values += [d for d in node.args.defaults + node.args.kw_defaults if d is not None]
+    return [x for v in values for x in _operand_literals(v)]
 
 
 def _all_literals(source: str) -> list[float]:

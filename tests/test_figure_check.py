@@ -12,21 +12,24 @@ import json
 import pytest
 from figure_check import CHAPTERS, check_chapter, prose_figures
 
-# Chapters 06 and 07 are being rewritten on another branch (`ch67`) to the same rule; until that
-# branch is merged, they are known to fail here.
-KNOWN_FAILING = {"06_host_tier", "07_many_engines",
-                 "00_the_model", "01_paged_block_pool", "02_prefix_cache_hashed_blocks", "03_radix_tree"}
-# (00-03: fixed in the next commits)
+# Written on other branches to the same rule, until those are merged: chapters 06 and 07 (`ch67`),
+# and the Try it boxes of chapters 01-03 (`ex-a`). Their findings make the test an expected failure;
+# any other finding in the chapter still fails it.
+ELSEWHERE = {"06_host_tier": "", "07_many_engines": "", "01_paged_block_pool": "Try it",
+             "02_prefix_cache_hashed_blocks": "", "03_radix_tree": ""}   # 02, 03: Try it only, next commits
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
 def test_every_figure_the_prose_quotes_is_checked(path):
-    if path.stem in KNOWN_FAILING:
-        pytest.xfail("rewritten on the ch67 branch")
     findings = check_chapter(path)
-    assert not findings, (f"{path.name}: {len(findings)} figures or claims no cell checks (state each in "
-                          "said(\"...\", value) or an assert; see tests/figure_check.py):\n"
-                          + "\n".join(str(f) for f in findings))
+    owner = ELSEWHERE.get(path.stem)
+    theirs = [f for f in findings if owner is not None and (owner == "" or f.section == owner)]
+    ours = [f for f in findings if f not in theirs]
+    assert not ours, (f"{path.name}: {len(ours)} figures or claims no cell checks (state each in "
+                      "said(\"...\", value) or an assert; see tests/figure_check.py):\n"
+                      + "\n".join(str(f) for f in ours))
+    if theirs:
+        pytest.xfail(f"{len(theirs)} findings in {owner or 'the chapter'}, rewritten on another branch")
 
 
 def chapter(tmp_path, *cells) -> list:
