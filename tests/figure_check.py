@@ -470,23 +470,27 @@ def _covered_beside(kind: str, sentence: str, beside: list[str]) -> bool:
     return False
 
 
+OUTPUTS = {"print", "display", "said", "reveal", "format", "write", "set_title", "set_xlabel", "set_ylabel", "text"}
+
+
 def _run_inputs(source: str) -> list[float]:
     """The inputs a code cell sets its run up with: the numbers in the arguments of its calls (by
     keyword or by position), in the values it assigns to names (``CAP = 6000``,
-    ``budget = 256 * 2**20``) and in its functions' default arguments. Subscripts are not inputs."""
+    ``budget = 256 * 2**20``) and in its functions' default arguments. What a cell prints or
+    displays is its output, not an input; subscripts are not inputs either."""
     try:
         tree = ast.parse(_strip_magics(source))
     except SyntaxError:
         return []
     values: list[ast.expr] = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
+        if isinstance(node, ast.Call) and _called(node) not in OUTPUTS:
             values += node.args + [k.value for k in node.keywords]
         elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
             values.append(node.value)
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             values += [d for d in node.args.defaults + node.args.kw_defaults if d is not None]
-    return [x for v in values for x in _operand_literals(v)]
+    return [x for v in values if not isinstance(v, ast.JoinedStr) for x in _operand_literals(v)]
 
 
 def _all_literals(source: str) -> list[float]:
