@@ -70,7 +70,7 @@ POINTER_HEADS = re.compile(
     r"layers?|ranks?|version|issues?|PRs?|stages?|phase|round|seed|Python|CUDA|torch|PyTorch|"
     r"positions?|slots?|ids?|tiers?|nodes?|prompts?|workers?|engines?|instances?|questions?|examples?|"
     r"columns?|rows?|samples?|requests?|conversations?|groups?|blocks?|pages?|tokens?|models?|"
-    r"NeurIPS|OSDI|SOSP|ICML|ICLR|MLSys|FAST|arXiv)\s*$", re.IGNORECASE)
+    r"NeurIPS|OSDI|SOSP|ICML|ICLR|MLSys|FAST|arXiv|RFC)\s*$", re.IGNORECASE)
 YEAR_OR_DATE = re.compile(r"^(?:19|20)\d\d$")
 SYSTEMS = r"(?:Qwen|vLLM|SGLang|Dynamo|llm-d|Mooncake|LMCache|Kimi|NVIDIA|nano-vllm|mini-sglang|Qwen3-\d[\w.]*)"
 CITATION_MARK = re.compile(
@@ -80,7 +80,7 @@ CITATION_MARK = re.compile(
     r"|\bcommit\s+`?[0-9a-f]{7,}|\bat\s+`[0-9a-f]{7,40}`"
     r"|#\d{2,}|\bPRs?\b|\bpull request"
     r"|\b(?:Table|Figure|Fig\.|Theorem)\s+\d"
-    r"|\bet al\.|\bpaper\b|\bFAST'?\d\d|\bNeurIPS|\bOSDI|\barXiv|\bblog\b|\bdesign doc"
+    r"|\bRFC\s+\d+|\bet al\.|\bpaper\b|\bFAST'?\d\d|\bNeurIPS|\bOSDI|\barXiv|\bblog\b|\bdesign doc"
     r"|\bdocs\b|\bREADME\b")
 OWN_RUN = re.compile(
     r"\b(?:here|the replay|the replays|this replay|we|our|ours|us|this package|the package|this chapter|"
@@ -148,13 +148,13 @@ def clauses(sentence: str) -> list[str]:
 
 def _is_pointer(before: str) -> bool:
     """Whether the words right before a number make it a pointer or a name ("chapter 05", "cells 32–33")."""
-    before = before.rstrip()
+    before = re.sub(r"\([^()]*\)\s*$", "", before.rstrip()).rstrip()     # "Exercises 21 (hashes) and 22"
     # walk back over a list of numbers: "chapters 02, 03 and" -> "chapters"
     while True:
         m = re.search(r"(?:,|\band\b|\bor\b|\bto\b|–|-|&)\s*$", before)
         if not m:
             break
-        rest = before[: m.start()].rstrip()
+        rest = re.sub(r"\([^()]*\)\s*$", "", before[: m.start()].rstrip()).rstrip()
         m2 = re.search(r"(?<![\w.])\d+[a-z]?\s*$", rest)
         if not m2:
             break
