@@ -107,6 +107,7 @@ class Finding:
     text: str            # the figure as written, or the claim's words
     sentence: str        # where it stands
     section: str = ""    # the "## " heading it stands under
+    subsection: str = ""  # and the "### " one, if any
 
     def __str__(self) -> str:
         what = f"figure {self.text!r}" if self.kind == "figure" else f"{self.kind} claim {self.text!r}"
@@ -166,7 +167,7 @@ def _exempt_number(text: str, m: re.Match) -> bool:
     start, end = m.start("num"), m.end("num")
     num = m["num"]
     after = text[end:end + 3]
-    before = text[max(0, start - 40):start]
+    before = text[max(0, start - 200):start]
     if re.match(r"[A-Za-z_]", after) and not m["unit"].strip():       # 0.6B, 1st, 4o, 3D, FP8 ...
         return True
     if re.match(r"\.\d", after) or re.match(r"\d", text[start - 1:start] or " "):   # 0.33.0
@@ -417,7 +418,7 @@ def check_chapter(path: Path) -> list[Finding]:
         return out
 
     findings: list[Finding] = []
-    current = ""
+    current, sub = "", ""
     for i, cell in enumerate(cells):
         if cell["cell_type"] != "markdown":
             continue
@@ -426,7 +427,11 @@ def check_chapter(path: Path) -> list[Finding]:
                             for src in beside)
         set_up_with = [x for src in beside for x in _run_inputs(src)]
         for heading, text in sections(self_test_span("".join(cell["source"])), current):
-            current = heading
+            if heading != current:
+                current, sub = heading, ""
+            subs = re.findall(r"^### (.*)$", text, flags=re.M)
+            if subs and text.lstrip().startswith("###"):
+                sub = subs[0].strip()
             if heading.startswith(CITING_SECTIONS):
                 continue
             if heading == "Try it":
@@ -434,18 +439,18 @@ def check_chapter(path: Path) -> list[Finding]:
                 question = ANSWERS.sub(" ", text)
                 for figure, where in prose_figures(question):
                     if not (tried.covers_figure(figure) or any(_same(figure.value, x) for x in inputs)):
-                        findings.append(Finding(name, i, "figure", figure.text, where, heading))
+                        findings.append(Finding(name, i, "figure", figure.text, where, heading, sub))
                 for figure, where in prose_figures(answers):
                     if not (tried.covers_figure(figure) or any(_same(figure.value, x) for x in inputs)):
-                        findings.append(Finding(name, i, "figure", figure.text, where, heading))
+                        findings.append(Finding(name, i, "figure", figure.text, where, heading, sub))
                 for kind, words, sentence in prose_claims(answers):
                     if not tried.covers_claim(sentence):
-                        findings.append(Finding(name, i, kind, words, sentence, heading))
+                        findings.append(Finding(name, i, kind, words, sentence, heading, sub))
                 continue
             for figure, where in prose_figures(text):
                 is_input = heading != "Summary" and any(_same(figure.value, x) for x in set_up_with)
                 if not (is_input or chapter.covers_figure(figure)):
-                    findings.append(Finding(name, i, "figure", figure.text, where, heading))
+                    findings.append(Finding(name, i, "figure", figure.text, where, heading, sub))
             for kind, words, sentence in prose_claims(text):
                 if kind in ("same", "compare") and not VAGUE_SAME.search(sentence) and heading != "Summary" \
                         and not unchecked_run:
@@ -454,7 +459,7 @@ def check_chapter(path: Path) -> list[Finding]:
                     continue
                 if heading != "Summary" and _covered_beside(kind, sentence, beside):
                     continue
-                findings.append(Finding(name, i, kind, words, sentence, heading))
+                findings.append(Finding(name, i, kind, words, sentence, heading, sub))
     return findings
 
 
