@@ -1,20 +1,15 @@
 """Every citation of vLLM / SGLang code in the chapters, modules and exercise statements is in the
-register (notebooks/citations.toml), so that `make check-citations` checks it against its release.
+register (tests/citations.toml), so that `make check-citations` checks it against its release.
 Offline: the online check itself needs the network and is not part of `make test`."""
 
-import sys
-from pathlib import Path
-
+import check_citations as cc
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "notebooks"))
-import check_citations as cc  # noqa: E402
 
 
 def test_every_citation_is_registered():
     missing = cc.missing_from_register()
-    assert not missing, ("citations not in notebooks/citations.toml (add these entries; "
-                         "`python notebooks/check_citations.py --missing` prints them):\n"
+    assert not missing, ("citations not in tests/citations.toml (add these entries; "
+                         "`python tests/check_citations.py --missing` prints them):\n"
                          + cc.as_toml(list(missing)) + "\ncited in: "
                          + "; ".join(f"{c.path}::{c.symbol} in {w[0]}" for c, w in missing.items()))
 

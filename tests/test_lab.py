@@ -41,7 +41,7 @@ def config_path(command: list[str]) -> Path:
 def test_lab_opens_chapter_00_with_the_project_settings(lab_command):
     assert lab_command[-1] == "notebooks/00_the_model.ipynb"
     assert (ROOT / lab_command[-1]).is_file()
-    assert config_path(lab_command) == ROOT / "notebooks" / ".jupyter"
+    assert config_path(lab_command) == ROOT / ".ci" / "jupyter"
 
 
 def test_lab_disables_the_news_prompt(lab_command, monkeypatch):

@@ -13,6 +13,21 @@ CELL_TIMEOUT_S = 120   # a whole chapter should run in under two minutes; no sin
 # (wall times are reported by `pytest --durations`, never asserted: these machines are noisy)
 
 
+def test_the_learners_folder_holds_the_chapters_and_their_index_only():
+    """notebooks/ is what JupyterLab shows a reader: the chapters and index.md, no tooling (the book's
+    config is in .ci/book, make lab's Jupyter settings in .ci/jupyter, the citation register in tests/)."""
+    import subprocess
+
+    root = Path(__file__).parent.parent
+    listed = subprocess.run(["git", "ls-files", "--others", "--cached", "--exclude-standard", "notebooks"], cwd=root,
+                            capture_output=True, text=True)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout: " + listed.stderr.strip())
+    names = [Path(line).relative_to("notebooks") for line in listed.stdout.splitlines()]
+    strays = [str(n) for n in names if not (n == Path("index.md") or (len(n.parts) == 1 and n.match("[0-9][0-9]_*.ipynb")))]
+    assert not strays, f"notebooks/ should hold the chapters and index.md only, not {strays}"
+
+
 def test_chapters_exist():
     names = [p.stem for p in NOTEBOOKS]
     assert names[:6] == ["00_the_model", "01_paged_block_pool", "02_prefix_cache_hashed_blocks",

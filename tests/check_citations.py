@@ -7,7 +7,7 @@ are written in one recognisable form, in backticks:
 * ``path`` alone: the file exists.
 
 ``path`` starts with a project's own root (``vllm/``, ``python/sglang/``, ``sgl-model-gateway/``,
-...: ``PROJECTS`` below), so the project is read off the path. ``notebooks/citations.toml`` is the
+...: ``PROJECTS`` below), so the project is read off the path. ``tests/citations.toml`` is the
 register of every such citation, with the release each project is checked against.
 
 Two uses:
@@ -44,7 +44,7 @@ except ModuleNotFoundError:  # Python 3.10: the same parser, as a package
     import tomli as tomllib  # type: ignore[no-redef]
 
 ROOT = Path(__file__).resolve().parent.parent
-REGISTER = ROOT / "notebooks" / "citations.toml"
+REGISTER = Path(__file__).resolve().parent / "citations.toml"
 
 # Path prefix -> project name in the register. Longer prefixes first.
 PROJECTS = {
