@@ -9,38 +9,52 @@ prose it finds unchecked; ``tests/test_figure_check.py`` fails on any report, an
 What counts as checked (the convention of ``nano_engine/notebook/figures.py``):
 
 * **A figure** (a number in the prose: a count, size, rate, ratio) is checked when a code cell of
-  the chapter (or a ``python`` fence of its Try it, which the tests run after the chapter) states
-  the same figure in ``said("...", value)``, or holds it as a literal that an ``assert`` compares
-  with (``assert gap < 0.03`` checks "3 points"; a percentage may be written as a fraction or in
-  points). The same number written with another precision is another figure: "37%" is not "37.4%".
+  the chapter states the same figure in ``said("...", value)``, or holds it as a literal that an
+  ``assert`` compares with (``assert gap < 0.03`` checks "3 points"; a percentage may be written as a
+  fraction or in points; an index is no figure). The same number written with another precision is
+  another figure: "37%" is not "37.4%". A figure is matched anywhere in the chapter's code, so one
+  check covers every sentence that quotes it.
+* **An input** the prose names ("48 blocks of 16 tokens") is also checked by the run it sets up: a
+  number passed to a call, assigned to a name or given as a default argument in the code cells next
+  to the markdown cell (not what they print). Change the input and the sentence is flagged.
+* **A Try it** is checked by its own ``python`` fences (which the tests run after the chapter): its
+  questions may name the fences' inputs, its answers must be stated there by ``said`` or ``assert``.
 * **A claim without a number** is a sentence that says two things are the same ("does the same",
-  "identical"), that one thing is more or less than another ("cost hits that events do not",
-  "short queues", "higher than"), or that something never happens in the chapter ("no model runs
-  in this chapter"). Such a claim is checked when an ``assert``'s message or a ``said`` quote repeats
-  at least four consecutive words of it, so that the failing check names the sentence it guards.
-  A "than" comparison written beside its run is also checked by an ``assert`` of a comparison
-  (``<``, ``>``, ``<=``, ``>=``) in the code cells right before or after the markdown cell.
+  "identical", "equals"), that one thing differs from another ("cost hits that events do not",
+  "short queues", "more than", any "-er than"), or that something never happens in the chapter
+  ("no model runs in this chapter"). It is checked when an ``assert``'s message or a ``said`` quote
+  repeats at least four consecutive words of its sentence, so that the failing check names the
+  sentence it guards. Beside its run (not in the Summary), "identical"/"equal" is also checked by an
+  ``assert`` of ``==`` next to it, and a "than" comparison by an ``assert`` of ``<`` or ``>``;
+  "does the same" and contrasts always need the quoting message (what is the same is not said).
+  Claims are looked for where a reader takes them as results: whole-chapter claims anywhere,
+  "does the same" and contrasts anywhere, the others in the Summary, the Try it answers, and every
+  markdown cell next to a run that no ``assert`` covers (a code cell that prints, displays or plots
+  with no ``assert``/``said``; a prediction and its reveal are not runs). Questions claim nothing.
 
-Claims are looked for where a reader takes them as results: the Summary, the Try it answers, and
-every markdown cell that sits next to a run no ``assert`` covers (a code cell that prints, displays
-or plots, with no ``assert``/``said``). Figures are looked for everywhere, except:
+Not figures:
 
-* **code**: inline code spans, fences (a Try it's code runs; its numbers are its input), HTML
-  comments, link targets;
+* **code**: inline code spans, fences, HTML comments, link targets, quoted text ("..."): a model's
+  answer or a document's words;
 * **names and pointers**: numbers inside names (Qwen3-0.6B, r1, FP8), versions (0.33.0), commits,
-  PR and issue numbers (#1234), dates and years, list and heading numbers, and a number after a
-  pointer word (chapter 05, section 3, cell 12, exercise 41, Figure 9, Table 2, step 4, turn 2 ...);
+  PR and issue numbers (#1234), dates and years, list and heading numbers, and numbers after a
+  pointer word (chapter 05, sections 3 and 4, cell 12, exercises 21 (...) and 22, Figure 9, RFC 8949,
+  step 4, turn 2 ...);
 * **other systems' figures**: a clause that cites its source (a backticked path of vLLM/SGLang/...,
-  a release such as "vLLM 0.33.0", a commit, a PR, a paper's Table/Figure, "et al.", a design doc)
-  and the clauses of the same sentence after it, up to the first that speaks of this chapter's own
-  run again ("here", "the replay", "we", "our", "this package", "above", "below"); and ``<details>``
-  boxes whose summary starts with "History" (they are citations: the team's rule is that a fact
-  about vLLM or SGLang is cited and pinned, not asserted);
+  a release such as "vLLM 0.33.0", a possessive such as "Mooncake's" or "Qwen3-0.6B's", a commit, a
+  PR, a paper's Table/Figure, "et al.", a design doc) and the clauses after it in the same sentence,
+  or in the next one if it opens with "Its", "Their", "They"..., up to the first clause that speaks
+  of this chapter's own run again ("here", "the replay", "we", "our", "this package", "printed",
+  "above."); ``<details>`` boxes whose summary starts with "History"; and the end matter that is
+  about other systems ("vLLM / SGLang and this package", "Read the real code", "Exercises") or is a
+  model answer ("How to explain it"). The team's rule is that a fact about vLLM or SGLang is cited
+  and pinned (``make check-citations``), not asserted;
 * **the self-test's questions and answers**: they pose their own small cases before any run.
 
-The heuristic is meant to be strict rather than clever: a figure that is really an input (a
-parameter the prose names) is checked the same way, with ``said("20 conversations", n)``, so that
-a change of the parameter fails at the sentence that names it.
+What it cannot see: whether a checked figure describes the right quantity (M7's "Capacity counts
+512-token blocks" is flagged because no cell states 512 for the capacity, not because the unit is
+wrong), digits written as words, and a sameness or comparison phrased outside the patterns above.
+The check is a tripwire for prose that drifted from its run, not a proof that the prose is right.
 """
 
 from __future__ import annotations
@@ -111,7 +125,8 @@ class Finding:
 
     def __str__(self) -> str:
         what = f"figure {self.text!r}" if self.kind == "figure" else f"{self.kind} claim {self.text!r}"
-        return f"{self.chapter} cell {self.cell}: {what} unchecked, in: {shorten(self.sentence)}"
+        where = self.subsection or self.section
+        return f"{self.chapter} cell {self.cell} [{where[:40]}]: {what} unchecked, in: {shorten(self.sentence)}"
 
 
 def shorten(text: str, width: int = 160) -> str:
