@@ -1,12 +1,13 @@
 # Two commands do all the set-up on a fresh machine:
 #   make lab        create .venv (first time), install, open JupyterLab on chapter 00
-#   make book       the chapters executed, as a static site in notebooks/_build/html
+#   make book       the chapters executed, as a static site in .ci/book/_build/html
 #   make test       the same set-up, then lint (ruff, mypy) and the whole test suite, in parallel
 # And for the edit-test loop:
 #   make test-fast  the unit tests in parallel (no notebooks, browser or full-size model)
 #   make lint       ruff and mypy alone
 #   make check-citations  download the pinned vLLM / SGLang releases and check every cited file and
-#                   symbol (notebooks/citations.toml); needs the network, so not part of make test
+#                   symbol (tests/citations.toml), and report what moved in the newest releases; needs
+#                   the network, so not part of make test
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -29,26 +30,27 @@ $(STAMP): $(PY) requirements.txt pyproject.toml
 system-deps:
 	@bash .ci/system-deps.sh
 
-# The project's Jupyter settings (notebooks/.jupyter) let it run as root (containers) and keep it
+# The project's Jupyter settings (.ci/jupyter) let it run as root (containers) and keep it
 # off the network: no news pop-up, no update check, no extension index. default_url makes the
 # addresses Jupyter prints (the ones to open from a container) chapter 00's own, not the Launcher's.
 FIRST_CHAPTER := 00_the_model.ipynb
 lab: setup
 	@echo "Starting JupyterLab; open the http://127.0.0.1:.../lab/tree/$(FIRST_CHAPTER)?token=... address it prints (the Launcher is at /lab)."
-	JUPYTER_CONFIG_PATH="$(CURDIR)/notebooks/.jupyter" $(VENV)/bin/jupyter lab --LabApp.default_url=/lab/tree/$(FIRST_CHAPTER) notebooks/$(FIRST_CHAPTER)
+	JUPYTER_CONFIG_PATH="$(CURDIR)/.ci/jupyter" $(VENV)/bin/jupyter lab --LabApp.default_url=/lab/tree/$(FIRST_CHAPTER) notebooks/$(FIRST_CHAPTER)
 
 # The book: every chapter executed and rendered as a static site (Sphinx + MyST-NB, pinned in
-# notebooks/book-requirements.txt, installed on top of the set-up). Chapters whose code did not change
-# since the last build are not re-run (jupyter-cache in notebooks/_build/.jupyter_cache).
+# .ci/book/requirements.txt, installed on top of the set-up; the book's Sphinx configuration is
+# .ci/book/conf.py). Chapters whose code did not change since the last build are not re-run
+# (jupyter-cache in .ci/book/_build/jupyter_cache). notebooks/ holds the chapters and their index only.
 BOOK_STAMP := $(VENV)/.book-installed
-BOOK_HTML  := notebooks/_build/html
+BOOK_HTML  := .ci/book/_build/html
 
-$(BOOK_STAMP): $(STAMP) notebooks/book-requirements.txt
-	$(PY) -m pip install -q -r notebooks/book-requirements.txt
+$(BOOK_STAMP): $(STAMP) .ci/book/requirements.txt
+	$(PY) -m pip install -q -r .ci/book/requirements.txt
 	touch $@
 
 book: setup $(BOOK_STAMP)
-	$(PY) -m sphinx -b html -q -c notebooks/book notebooks $(BOOK_HTML)
+	$(PY) -m sphinx -b html -q -c .ci/book -d .ci/book/_build/doctrees notebooks $(BOOK_HTML)
 	@echo "The book is in $(BOOK_HTML) ($$(du -sh $(BOOK_HTML) | cut -f1)): open $(BOOK_HTML)/index.html in a browser, or serve the folder with any static server."
 
 lint: $(STAMP)
@@ -69,7 +71,7 @@ test-fast: $(STAMP)
 	$(PY) -m pytest $(PYTEST_PARALLEL) -m "not notebook and not browser and not slow" -q
 
 check-citations: $(STAMP)
-	$(PY) notebooks/check_citations.py
+	$(PY) tests/check_citations.py
 
 clean:
-	rm -rf $(VENV) notebooks/_build .pytest_cache .hypothesis .mypy_cache .ruff_cache
+	rm -rf $(VENV) .ci/book/_build .pytest_cache .hypothesis .mypy_cache .ruff_cache

@@ -2,7 +2,7 @@
 
 Chapters import each mechanism from the module named after it (``nano_engine.paged``,
 ``nano_engine.radix`` ...), so the file a reader opens is the one the chapter talks about. The
-engine's two entry points are also here, as the book chapter imports them
+engine's two entry points are also here, for scripts that only run the engine
 (``from nano_engine import LLMEngine, SamplingParams``).
 
 The module map, by layer. A module imports only from its own layer and the ones above it; the
@@ -48,7 +48,7 @@ two exceptions happen only when asked for: the engine's imports of ``fast/`` (a 
     workloads.py       request streams with shared prefixes, and the hit rate a cache gets on them
     traces.py          real traffic: Mooncake's production request traces, replayed through the caches
     tier_replay.py     a device cache plus a host tier replayed on token streams and traces: hits, bytes moved
-    timing.py          the book chapter's reuse experiment timed: cache off vs on, TTFT and wall time
+    timing.py          chapter 02's six-request reuse experiment timed: cache off vs on, TTFT and wall time
 
   routing requests over several engines (chapters 05 and 07)
     kv_index.py        the router's global index: which worker holds which block hash, on which medium

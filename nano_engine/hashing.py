@@ -3,8 +3,8 @@
 A block's key is a small tuple ``(parent_hash, block_tokens)`` or
 ``(parent_hash, block_tokens, extra_keys)``; a hash function turns it into a value.
 
-**This package's default mode** (the book chapter's pool) takes one of three names and returns
-ints:
+**This package's default mode** (chapter 02's pool, without ``vllm=True``) takes one of three
+names and returns ints:
 
 ``"builtin"``
     Python's ``hash``. This package's *teaching* default, not one of vLLM's choices. Fastest by

@@ -34,7 +34,7 @@ given. An engine must still run the model on at least the last prompt token to g
 next one, so it looks up at most ``len(prompt) - 1`` tokens: ``lookup(prompt[:-1])`` or, without
 the copy, ``lookup(prompt, max_tokens=len(prompt) - 1)``.
 
-Beyond the book chapter's version, as vLLM does it:
+Beyond the pool chapter 02 builds by hand (its ``PrefixCache``), as vLLM does it:
 
 - **Extra keys** (``lora_id``, ``cache_salt``, ``mm_inputs``) are mixed into the block hashes, so
   the same tokens under a different LoRA adapter, tenant or image never share a block. The salt
@@ -48,7 +48,7 @@ Beyond the book chapter's version, as vLLM does it:
 - **Free order** (``uncached_first=True``): ref-0 blocks without a hash go to the *head* of the
   queue and are reused first (they hold nothing worth keeping), hashed ones to the tail, both in
   the reversed order. The cached blocks then survive longer. Off by default, where every freed
-  block goes to the tail, as in the book chapter.
+  block goes to the tail, as in chapter 02's hand-built pool.
 - **Hash choice** (``hash_algo``): ``"builtin"`` (default), ``"sha256"``, ``"xxhash"`` or any
   callable; see ``nano_engine.hashing``. The default is Python's hash because it is the chapter's
   (``block_hashes`` gives exactly the chapter's values), makes a lookup 2-3x cheaper than the others

@@ -1,4 +1,4 @@
-"""The book chapter's shared-system-prompt experiment: six chat requests, one long system prompt.
+"""Six chat requests that share one long system prompt: the experiment of chapters 00, 02 and 03.
 
 Every request starts with the same system turn, so a prefix cache can reuse its KV; only the
 user question at the end differs. With Qwen3's tokenizer the six prompts are 123, 126, 126, 126,

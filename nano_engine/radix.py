@@ -21,7 +21,8 @@ Four operations make it a cache:
 The root holds one permanent reference, so it is never an unlocked leaf and eviction needs no
 "but not the root" branch.
 
-The book chapter's session, replayed (the comments are ours):
+Chapter 03's reference session (six operations whose results come from an independent
+implementation's doctest), replayed:
 
 >>> from nano_engine.radix import RadixCache
 >>> tree = RadixCache()

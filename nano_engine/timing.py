@@ -1,4 +1,4 @@
-"""Does prefix caching save time? The book chapter's experiment, timed, for notebooks and benchmarks.
+"""Does prefix caching save time? Chapter 02's six-request experiment, timed, for notebooks and benchmarks.
 
 Six chat requests share a long system prompt. The first runs alone, so its KV is in the cache;
 then the other five arrive together. With a cache they skip the shared prefix, so they compute

@@ -6,10 +6,10 @@ anchor resolves; the same from a static web server; chapter 03's stepper advance
 with no kernel; chapter 02 shows its plots and diagrams.
 
 Where it fits `make test`: the book's tools are not part of the test set-up (they are pinned in
-notebooks/book-requirements.txt and installed by `make book`), so without them these tests skip,
+.ci/book/requirements.txt and installed by `make book`), so without them these tests skip,
 saying so, and cost nothing. With them, the site is built into a temporary folder, reusing
-`make book`'s execution cache (notebooks/_build/.jupyter_cache): after a `make book`, only
-chapters whose code changed since are executed again. ``NANO_ENGINE_BOOK_HTML=notebooks/_build/html``
+`make book`'s execution cache (.ci/book/_build/jupyter_cache): after a `make book`, only
+chapters whose code changed since are executed again. ``NANO_ENGINE_BOOK_HTML=.ci/book/_build/html``
 checks an already built site instead. Screenshots of the landing page and of chapter 03's stepper
 after three steps are left in the tests' temporary folders (``book-index.png``, ``book-stepper.png``).
 """
@@ -46,11 +46,11 @@ def site(tmp_path_factory) -> Path:
     missing = [m for m in ("sphinx", "myst_nb", "sphinx_book_theme") if importlib.util.find_spec(m) is None]
     if missing:
         pytest.skip(f"the book's tools are not installed ({', '.join(missing)}): `make book` installs "
-                    "notebooks/book-requirements.txt")
+                    ".ci/book/requirements.txt")
     out = tmp_path_factory.mktemp("book")
     start = time.monotonic()
     build = subprocess.run(
-        [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-c", str(ROOT / "notebooks" / "book"),
+        [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-c", str(ROOT / ".ci" / "book"),
          "-d", str(out / "doctrees"), str(ROOT / "notebooks"), str(out / "html")],
         cwd=ROOT, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
     assert build.returncode == 0, f"the book did not build:\n{build.stdout[-3000:]}\n{build.stderr[-5000:]}"

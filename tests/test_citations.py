@@ -1,20 +1,15 @@
 """Every citation of vLLM / SGLang code in the chapters, modules and exercise statements is in the
-register (notebooks/citations.toml), so that `make check-citations` checks it against its release.
+register (tests/citations.toml), so that `make check-citations` checks it against its release.
 Offline: the online check itself needs the network and is not part of `make test`."""
 
-import sys
-from pathlib import Path
-
+import check_citations as cc
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "notebooks"))
-import check_citations as cc  # noqa: E402
 
 
 def test_every_citation_is_registered():
     missing = cc.missing_from_register()
-    assert not missing, ("citations not in notebooks/citations.toml (add these entries; "
-                         "`python notebooks/check_citations.py --missing` prints them):\n"
+    assert not missing, ("citations not in tests/citations.toml (add these entries; "
+                         "`python tests/check_citations.py --missing` prints them):\n"
                          + cc.as_toml(list(missing)) + "\ncited in: "
                          + "; ".join(f"{c.path}::{c.symbol} in {w[0]}" for c, w in missing.items()))
 
@@ -48,3 +43,40 @@ def test_a_register_entry_must_name_a_known_release(tmp_path):
                    '[[cite]]\nproject = "sglang"\npath = "python/sglang/x.py"\nsymbols = []\n')
     with pytest.raises(ValueError, match="no \\[releases\\] entry"):
         cc.load_register(bad)
+
+
+def wheel(folder, name, version, files):
+    """A wheel-shaped zip of ``files`` (path -> text): enough for check_citations to read."""
+    import zipfile
+
+    path = folder / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        for inner, text in files.items():
+            z.writestr(inner, text)
+    return path
+
+
+def test_newest_release_comparison_names_what_moved_disappeared_and_changed(tmp_path):
+    """Against a newer release, each citation is the same, changed (same place, other text), moved
+    (the file under another path, or the symbol defined in another file: both named) or gone."""
+    spec = {"kind": "wheel", "package": "vllm==0.1.0"}
+    pinned = cc.Release.from_archive(spec, wheel(tmp_path, "vllm", "0.1.0", {
+        "vllm/core/pool.py": "class Pool:\n    def free(self):\n        return 1\n\ndef keep():\n    pass\n",
+        "vllm/worker/gpu_model_runner.py": "X = 1\n",
+        "vllm/gone.py": "def old():\n    pass\n",
+        "vllm/moves.py": "def hop():\n    pass\n"}))
+    newest = cc.Release.from_archive(dict(spec, package="vllm"), wheel(tmp_path, "vllm", "0.2.0", {
+        "vllm/core/pool.py": "class Pool:\n    def free(self):\n        return 2\n\ndef keep():\n    pass\n",
+        "vllm/worker/gpu/model_runner.py": "X = 1\n",
+        "vllm/moves.py": "Y = 2\n",
+        "vllm/elsewhere/hops.py": "def hop():\n    pass\n"}))
+    assert str(newest.version) == "0.2.0"
+    c = cc.Citation
+    result = cc.compare([c("vllm", "vllm/core/pool.py", "Pool.free"), c("vllm", "vllm/core/pool.py", "keep"),
+                         c("vllm", "vllm/worker/gpu_model_runner.py", None), c("vllm", "vllm/gone.py", "old"),
+                         c("vllm", "vllm/moves.py", "hop")], pinned, newest)
+    assert result["same"] == ["vllm/core/pool.py::keep"]
+    assert result["changed"] == ["vllm/core/pool.py::Pool.free  (+1 -1 lines)"]
+    assert result["moved"] == ["vllm/worker/gpu_model_runner.py  ->  vllm/worker/gpu/model_runner.py",
+                               "vllm/moves.py::hop  ->  vllm/elsewhere/hops.py::hop"]
+    assert result["disappeared"] == ["vllm/gone.py::old"]

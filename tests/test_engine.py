@@ -106,7 +106,7 @@ def test_step_log_and_metrics(make_engine, prompts, eos):
 
 
 def test_chapter_experiment(make_engine, tiny_model, tokenizer, single_thread):
-    """The book chapter's experiment, as it is written there, on the tiny checkpoint: the first
+    """Chapter 02's six-request experiment, as the chapter runs it, on the tiny checkpoint: the first
     request alone, then the other five; 480 of 755 queried tokens hit, and the five compute
     exactly 480 tokens fewer."""
     prompts = chat_prompts(tokenizer)

@@ -16,7 +16,7 @@ def test_module_doctest():
 @pytest.mark.parametrize("quote, value", [
     ("6,000 blocks", 6000), ("6_000", 6000), ("0.676", 0.6757), ("0.676", 0.67649),
     ("65%", 0.6462), ("65%", 0.6549), ("1.5x", 1.46), ("3M tokens", 3_200_000), ("-2.5%", -0.025),
-    ("4k", 4000),
+    ("4k", 4000), ("2K tokens", 2048),
 ])
 def test_values_that_round_to_the_figure_hold(quote, value):
     said(quote, value)

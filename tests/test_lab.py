@@ -41,7 +41,7 @@ def config_path(command: list[str]) -> Path:
 def test_lab_opens_chapter_00_with_the_project_settings(lab_command):
     assert lab_command[-1] == "notebooks/00_the_model.ipynb"
     assert (ROOT / lab_command[-1]).is_file()
-    assert config_path(lab_command) == ROOT / "notebooks" / ".jupyter"
+    assert config_path(lab_command) == ROOT / ".ci" / "jupyter"
 
 
 def test_lab_disables_the_news_prompt(lab_command, monkeypatch):
@@ -118,6 +118,36 @@ def test_lab_prints_chapter_00s_own_address(lab_command, tmp_path):
                     continue
 
 
+def test_lab_serves_each_chapter_with_the_metadata_its_kernel_reports(lab_command):
+    """JupyterLab writes the kernel's ``kernelspec`` and ``language_info`` into a notebook when its
+    kernel starts, and marks the notebook modified unless they are already there, byte for byte.
+    So what `make lab`'s contents manager serves for every chapter must equal what a ``python3``
+    kernel started here reports (its ``kernel_info`` reply) and the spec JupyterLab reads."""
+    import asyncio
+
+    pytest.importorskip("jupyterlab")
+    from jupyter_client.manager import start_new_kernel
+    from traitlets.config.loader import PyFileConfigLoader
+
+    config = PyFileConfigLoader("jupyter_server_config.py", path=str(config_path(lab_command))).load_config()
+    from jupyter_server.services.contents.largefilemanager import AsyncLargeFileManager
+
+    manager = config.ServerApp.get("contents_manager_class", AsyncLargeFileManager)(root_dir=str(ROOT / "notebooks"))
+    km, kc = start_new_kernel(kernel_name="python3", startup_timeout=120)
+    try:
+        reply = kc.kernel_info(reply=True, timeout=60)["content"]
+        spec = km.kernel_spec
+        expected = {"kernelspec": {"name": "python3", "display_name": spec.display_name, "language": spec.language},
+                    "language_info": reply["language_info"]}
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    for chapter in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        metadata = asyncio.run(manager.get(chapter.name))["content"]["metadata"]
+        served = {key: metadata.get(key) for key in expected}
+        assert served == expected, f"{chapter.name} is served with {served}; its kernel reports {expected}"
+
+
 OPENER = """import pathlib, sys
 pathlib.Path(sys.argv[1]).write_text(sys.argv[2])
 """
@@ -168,6 +198,8 @@ def test_lab_in_a_browser_opens_chapter_00_and_asks_nothing(lab_command, tmp_pat
                 page.wait_for_timeout(2_000)
                 assert page.locator(".lm-TabBar-tab.lm-mod-current", has_text="00_the_model.ipynb").count() == 1
                 assert page.get_by_text("official Jupyter news").count() == 0
+                assert page.locator(".lm-TabBar-tab.jp-mod-dirty").count() == 0, \
+                    "chapter 00 shows as modified (the dot on its tab) before anybody edited it"
             except Exception:
                 page.screenshot(path=str(tmp_path / "lab.png"))
                 raise

@@ -1,4 +1,4 @@
-"""PrefixCachingBlockPool: the book chapter's transcript, vLLM's extras, and state machines
+"""PrefixCachingBlockPool: an independent implementation's transcript, vLLM's extras, and state machines
 against a brute-force model that keys blocks by their exact prefix (no hashing at all)."""
 
 import doctest
@@ -20,8 +20,9 @@ from nano_engine.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, r
 from nano_engine.paged import BlockPool
 from nano_engine.prefix_cache import PrefixCachingBlockPool
 
-# The book chapter's doctest transcript for its flat `prefix_cache` module, code and outputs as
-# printed there (our own comments). Every line must hold.
+# The doctest transcript of an independent implementation (a flat `prefix_cache` module, the one
+# this package's default mode follows), code and outputs as it printed them (our own comments).
+# Every line must hold.
 CHAPTER_TRANSCRIPT = """
 >>> from prefix_cache import PrefixCachingBlockPool
 >>> pool = PrefixCachingBlockPool(num_blocks=4, block_size=2)

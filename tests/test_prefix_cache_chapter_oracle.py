@@ -1,8 +1,8 @@
-"""The default ``PrefixCachingBlockPool`` against the book chapter's pool, operation by operation.
+"""The default ``PrefixCachingBlockPool`` against an independent implementation, operation by operation.
 
-``ChapterPool`` below is our own transcription of the chapter's ``prefix_cache.py`` (the seed
-chapter's code: chained ``hash((parent, tokens))``, one block per hash, the free queue as the LRU
-cache, frees in reverse). Hypothesis drives both with the same random sequences of allocate /
+``ChapterPool`` below is our own transcription of that implementation's ``prefix_cache.py`` (the
+pool chapter 02 builds by hand: chained ``hash((parent, tokens))``, one block per hash, the free
+queue as the LRU cache, frees in reverse). Hypothesis drives both with the same random sequences of allocate /
 touch / free / lookup / cache_blocks / block_hashes calls, shaped as an engine uses them (requests
 admitted with a lookup of all but their last token, computed in chunks, decoding, finishing; bare
 allocations that cache nothing; probes), and after every call compares every observable: return

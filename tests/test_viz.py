@@ -1,6 +1,7 @@
 """The diagrams of nano_engine.notebook.viz: DOT content checked against the caches' own state.
 
-The scenarios are the book chapter's transcripts (seed 000), so what each picture must show is
+The scenarios are the reference sessions of chapters 02 and 03 (an independent implementation's
+doctests), so what each picture must show is
 known independently of the drawing code: which nodes exist, which slots they hold, which leaves
 the eviction removed, which block was overwritten.
 """

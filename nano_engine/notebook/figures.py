@@ -11,7 +11,7 @@ in the same words, beside the value it describes::
 The figure is the one number in ``quote``. The value must *round to it as written*: "0.676" holds
 for 0.6757 but not for 0.6749, "65%" for 0.6462 but not for 0.644, and "6,000" only for 6000.
 ``within`` widens that to a tolerance in the figure's own unit (percentage points for "%"), for
-prose that says "about". Suffixes ``%``, ``x`` / ``×`` (a ratio), ``k`` and ``M`` (thousands,
+prose that says "about". Suffixes ``%``, ``x`` / ``×`` (a ratio), ``k`` / ``K`` and ``M`` (thousands,
 millions) are understood; thousands separators (``6,000``, ``6_000``) and a leading sign too.
 
 A failed check raises ``AssertionError`` quoting the prose and the value, so the chapter stops at
@@ -27,8 +27,8 @@ from decimal import Decimal
 
 _NUMBER = re.compile(
     r"(?<![\w.])(?P<sign>[-−+]?)(?P<digits>\d{1,3}(?:[,_]\d{3})+|\d+)(?P<frac>\.\d+)?"
-    r"\s?(?P<unit>%|x\b|×|k\b|M\b)?")
-_SCALE = {"%": Decimal("0.01"), "k": Decimal(1000), "M": Decimal(1_000_000)}
+    r"\s?(?P<unit>%|x\b|×|[kK]\b|M\b)?")
+_SCALE = {"%": Decimal("0.01"), "k": Decimal(1000), "K": Decimal(1000), "M": Decimal(1_000_000)}
 
 
 def parse_figure(quote: str) -> tuple[float, float]:

@@ -1,5 +1,6 @@
 """Sphinx configuration of the book: `make book` renders notebooks/ (the landing page index.md and
-every chapter NN_*.ipynb, found by name) into notebooks/_build/html, executed.
+every chapter NN_*.ipynb, found by name) into .ci/book/_build/html, executed. The configuration lives
+here, beside the other build tooling, so that notebooks/ holds the chapters and their index only.
 
 Sphinx + MyST-NB, because the whole build is Python from PyPI (no Node, no theme fetched at build
 time), MyST-NB executes through jupyter-cache (a chapter re-runs only when its code changed) and
@@ -24,7 +25,7 @@ author = "nano_engine"
 copyright = "nano_engine authors"
 root_doc = "index"
 extensions = ["myst_nb", "real_code_links"]
-exclude_patterns = ["_build", "book", ".jupyter", "**/.ipynb_checkpoints", "*.txt"]
+exclude_patterns = ["**/.ipynb_checkpoints"]
 templates_path = []
 
 # -- execution: every chapter, top to bottom, cached by its code cells' source -----------------
@@ -45,7 +46,7 @@ def code_digest() -> str:
     return digest.hexdigest()[:16]
 
 
-CACHES = HERE.parent / "_build" / "jupyter_cache"
+CACHES = HERE / "_build" / "jupyter_cache"
 nb_execution_mode = "cache"
 nb_execution_cache_path = str(CACHES / code_digest())
 if CACHES.is_dir():
