@@ -70,7 +70,12 @@ two exceptions happen only when asked for: the engine's imports of ``fast/`` (a 
 
   notebook/: what only the chapters use
     viz.py             diagrams of the block pool and the radix tree
-    widgets.py         steppers: requests through a cache, one operation at a time
+    stepper.py         the stepper base: requests through a cache, one operation at a time; buttons, slider, static HTML
+    pool_stepper.py    chapter 02's stepper: a PrefixCachingBlockPool (lookup, touch, allocate, cache, free)
+    radix_stepper.py   chapter 03's stepper: a RadixCache (match, lock, insert, unlock, evict)
+    tier_stepper.py    chapter 06's stepper: a HiRadixCache over a device pool and a host pool
+    predict.py         predict, then run: a question the reader answers before an experiment
+    widgets.py         deprecated (one release): the old names of the five modules above
     exercises.py       a chapter's exercise: the statement and a "Check my solution" button
     listing.py         show_source (a class's real source, never pasted text) and add_to_class (a class one method a cell)
     figures.py         said("6,000 blocks", value): a figure the prose quotes, checked against the run

@@ -33,12 +33,12 @@ pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 NOTEBOOK_CELL = """\
-from nano_engine.notebook.widgets import RadixStepper
+from nano_engine.notebook.radix_stepper import RadixStepper
 
 stepper = RadixStepper([[1, 2, 3, 4, 5], [1, 2, 3, 9, 9], [7, 7, 7]], capacity=6)
 stepper"""
 PREDICT_CELL = """\
-from nano_engine.notebook.widgets import predict
+from nano_engine.notebook.predict import predict
 
 guess = predict("How many of the first 10 looked-up tokens will hit?")
 guess"""
@@ -48,7 +48,7 @@ folded"""
 REVEAL_CELL = """\
 display(folded.reveal(480))   # Run All reaches this at once, before anybody typed"""
 TIER_CELL = """\
-from nano_engine.notebook.widgets import TierStepper
+from nano_engine.notebook.tier_stepper import TierStepper
 
 tier = TierStepper([[1, 2, 3, 4], [5, 6, 7, 8], [1, 2, 3, 4, 9]], device_tokens=6, host_tokens=12,
                    load_back_threshold=2)

@@ -1,4 +1,4 @@
-"""The tier stepper (``nano_engine.notebook.widgets.TierStepper``) and its picture
+"""The tier stepper (``nano_engine.notebook.tier_stepper.TierStepper``) and its picture
 (``viz.draw_tiered_radix``), driven from code.
 
 A hand-worked run checks the narration, the node states and the counts against what the chapter's
@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from nano_engine.hiradix import HiNode
+from nano_engine.notebook.tier_stepper import TierStepper
 from nano_engine.notebook.viz import COLORS, TIER_COLORS
-from nano_engine.notebook.widgets import TierStepper
 
 S = [1, 2, 3, 4]
 CHAT = [S + [10, 11, 12], S + [20, 21, 22], S + [10, 11, 12, 13, 14], S + [30, 31, 32], S + [20, 21, 22, 23]]
@@ -204,9 +204,9 @@ def test_every_step_is_consistent_and_drawn_as_it_is(requests, device_pages, hos
 
 
 def test_docstring_examples_and_static_html():
-    from nano_engine.notebook import widgets
+    from nano_engine.notebook import tier_stepper
 
-    result = doctest.testmod(widgets)
+    result = doctest.testmod(tier_stepper)
     assert result.failed == 0 and result.attempted > 0
     s = TierStepper(CHAT[:3], device_tokens=12, host_tokens=16)
     page = s.to_html()

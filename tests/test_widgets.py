@@ -1,18 +1,28 @@
-"""The steppers of nano_engine.notebook.widgets, driven from code (no browser).
+"""The steppers of chapters 02 and 03 (``nano_engine.notebook.pool_stepper``, ``radix_stepper``, on the
+base in ``stepper``) and the predictions (``predict``), driven from code (no browser); and the old
+``widgets`` module they were split from.
 
 What they narrate is checked against the caches' own records (the radix tree's events and
 ``last_*`` attributes, the pool's KV events and ``last_evicted``) and against a hand-written run
 of the same operations on a cache of our own.
 """
 
+import doctest
 import html
+import importlib
+import sys
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from nano_engine.kv_events import BlockRemoved, BlockStored
+from nano_engine.notebook import static_html
+from nano_engine.notebook.pool_stepper import BlockPoolStepper
+from nano_engine.notebook.predict import Prediction, Revealed, predict
+from nano_engine.notebook.radix_stepper import RadixStepper
+from nano_engine.notebook.stepper import Request, Step, StepperState, encode_requests
+from nano_engine.notebook.tier_stepper import TierStepper
 from nano_engine.notebook.viz import COLORS, format_slots, format_tokens, short_hash
-from nano_engine.notebook.widgets import BlockPoolStepper, Prediction, RadixStepper, predict
 from nano_engine.prefix_cache import PrefixCachingBlockPool
 from nano_engine.radix import RadixCache
 
@@ -427,3 +437,24 @@ def test_radix_stepper_runs_a_readers_tree():
     assert own.tree.total_size() == pkg.tree.total_size() == 6 and own.tree.root.lock_ref == 1
     with pytest.raises(ValueError, match="page_size=1"):
         RadixStepper(SPLIT_WHILE_LOCKED, page_size=2, make_tree=namespace["RadixTree"])
+
+
+@pytest.mark.parametrize("module", ["pool_stepper", "radix_stepper", "predict"])
+def test_module_doctest(module):
+    result = doctest.testmod(importlib.import_module(f"nano_engine.notebook.{module}"))
+    assert result.attempted > 0, f"nano_engine.notebook.{module}: no docstring example ran"
+    assert result.failed == 0, f"nano_engine.notebook.{module}: {result.failed} docstring examples failed"
+
+
+def test_the_old_widgets_module_warns_and_still_exports_every_name(monkeypatch):
+    """``nano_engine.notebook.widgets`` was split by chapter; for one release its public names still
+    import from it, the very objects of the new modules, and importing it warns."""
+    moved = {"Request": Request, "static_html": static_html, "Step": Step, "StepperState": StepperState,
+             "encode_requests": encode_requests, "BlockPoolStepper": BlockPoolStepper, "RadixStepper": RadixStepper,
+             "TierStepper": TierStepper, "Prediction": Prediction, "Revealed": Revealed, "predict": predict}
+    monkeypatch.delitem(sys.modules, "nano_engine.notebook.widgets", raising=False)   # import it afresh
+    with pytest.warns(DeprecationWarning, match=r"nano_engine\.notebook\.widgets is deprecated"):
+        widgets = importlib.import_module("nano_engine.notebook.widgets")
+    assert sorted(widgets.__all__) == sorted(moved), "the old module exports exactly its old public names"
+    stale = [name for name, new in moved.items() if getattr(widgets, name) is not new]
+    assert not stale, f"nano_engine.notebook.widgets names other objects than the new modules: {stale}"

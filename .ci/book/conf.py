@@ -15,7 +15,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "_ext"))
 
 # The kernels that execute the chapters inherit these: steppers, predictions and exercise buttons
-# render as self-contained HTML (nano_engine.notebook.widgets.static_html), no progress bars.
+# render as self-contained HTML (nano_engine.notebook.static_html), no progress bars.
 os.environ["NANO_ENGINE_STATIC_HTML"] = "1"
 os.environ["TQDM_DISABLE"] = "1"
 

@@ -185,7 +185,7 @@ def check_button(number: int | str, *, file: str | Path | None = None, workspace
     ``result`` (an HTML widget) attributes let code drive it (``box.check_button.click()``)."""
     import ipywidgets as widgets
 
-    from nano_engine.notebook.widgets import static_html
+    from nano_engine.notebook import static_html
 
     judge = _judge()
     ex = judge.get_exercise(str(number))
