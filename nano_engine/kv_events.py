@@ -64,7 +64,7 @@ class BlockStored:
     lora_name: Hashable | None = None  # vLLM mode: the LoRA adapter's name (vLLM's BlockStored.lora_name)
     # vLLM 0.33's further fields, carried for wire compatibility (nano_engine.kv_wire); vLLM mode sets
     # group_idx and kv_cache_spec_kind as vLLM does, the rest stay None (an omitted field on the wire).
-    group_idx: int | None = None  # the KV cache group (vLLM: one per attention type; 0 for a plain model)
+    group_idx: int | None = None  # the KV cache group (vLLM: one per group of layers sharing a KV-cache spec; 0 for a full-attention-only model)
     kv_cache_spec_kind: str | None = None  # e.g. "full_attention"
     kv_cache_spec_sliding_window: int | None = None
     locality: str | None = None  # "LOCAL" / "REMOTE" relative to the publisher

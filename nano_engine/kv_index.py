@@ -35,8 +35,10 @@ on CPU and not GPU, and how many only in another medium (``"STORAGE"``); their s
 length. A block held in another medium does not end the run, as in llm-d: a pod stays in the run
 while it holds the key in any tier, and a tier without a configured weight counts 1.0 (llm-d
 weighs ``gpu`` 1.0 and ``cpu`` 0.8, ``pkg/kvcache/backend.go``; :class:`~nano_engine.routing.LlmdPolicy`).
-Dynamo's current cost subtracts ``device_overlap`` and ``0.75 * host_overlap``
-(``docs/components/router/router-configuration.md``).
+Dynamo's current cost subtracts ``overlap_score_credit`` (1) × device blocks + 0.75 × host + 0.25 × disk
+blocks from the prefill blocks, clamped at 0 (``DefaultWorkerSelector::worker_logit`` in
+``lib/kv-router/src/scheduling/selector.rs`` at ``01690d4``; the flags in
+``docs/components/router/router-configuration.md``).
 """
 
 from __future__ import annotations

@@ -33,8 +33,9 @@ replay, and the bookkeeping that turns an unreliable stream into an exact one:
   probe: the last batches of a burst can be dropped with nothing after them to show the gap);
 - a live ``seq`` that goes **backwards** means the engine restarted (a new publisher counts from 0
   again; its cache is empty): ``on_reset(worker)``, then everything from 0 again
-  (``restarts_detected``). Unless it is a batch heard before: ZeroMQ can deliver a message twice (a
-  reconnect can), and nothing the stream says twice may reset a worker. A live batch whose ``seq``
+  (``restarts_detected``). Unless it is a batch heard before: the transport promises no exactly-once
+  delivery (a subscriber connected twice to one endpoint receives every message twice), and nothing
+  the stream says twice may reset a worker. A live batch whose ``seq``
   and bytes equal one of the last :data:`DUPLICATE_WINDOW` batches is a duplicate; any other
   backwards ``seq`` is first checked with the replay socket (the anchor below: the same publisher
   answers with the batch we applied last), and only a failed check is a restart. Without replay
@@ -462,7 +463,7 @@ class KVEventSubscriber:
     def _on_live(self, seq: int, payload: bytes) -> None:
         if self._last_live is not None and seq <= self._last_live:
             if self._recent.get(seq) == _digest(payload):
-                self.duplicates += 1             # the same batch again (ZeroMQ can deliver twice): nothing new
+                self.duplicates += 1             # the same batch again (a repeated delivery): nothing new
                 return
             if self.replay and self.expected > 0 and self._last_payload is not None:
                 self._suspect_restart(seq)       # the replay socket decides; this batch is replayed if needed

@@ -44,7 +44,7 @@ Where this package's dataclasses differ, the conversion here decides, in one pla
 
 - ``lora_id`` is vLLM's integer adapter id; this package lets it be any hashable (a name, a
   ``(name, path)`` pair). A non-int ``lora_id`` goes on the wire as ``None`` (the name travels in
-  ``lora_name``, which is what vLLM hashes and consumers key on).
+  ``lora_name``, which, with the adapter's path, is what vLLM hashes, and what consumers key on).
 - ``medium`` is ``str | None`` in vLLM and always set by its block pool (``"GPU"``); this package's
   field is a ``str``, so a ``None`` read from the wire becomes ``"GPU"``.
 - ``extra_keys`` come back as tuples all the way down (msgpack has one array type), as the pool

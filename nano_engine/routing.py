@@ -49,8 +49,8 @@ of the request's blocks, from block 0, that the index says it holds in any mediu
   (``lib/llm/src/kv_router.rs`` in 2025): ``overlap_score_weight``
   1.0, ``router_temperature`` 0.0, the same in every version of the file we read (we pinned no
   Dynamo release). Temperature 0 takes the argmin, ties broken uniformly at random (seeded here),
-  as Dynamo's ``minimum_cost_index`` and ``select_worker`` do at commit ``01690d4`` (reservoir
-  sampling over the tied minima); T > 0 samples worker i with probability proportional to
+  as Dynamo's ``DefaultWorkerSelector::select_worker`` does at commit ``01690d4`` (reservoir
+  sampling over the tied minima; later versions move it to ``minimum_cost_index``); T > 0 samples worker i with probability proportional to
   ``exp(-(logit_i - min) / ((max - min) * T))`` (the logits normalised to [0, 1] first; all equal:
   uniform), as ``softmax_sample``. The overlap counts the run's leading device (GPU) blocks only;
   today's Dynamo adds host and disk credits (0.75, 0.25), not modelled here.
