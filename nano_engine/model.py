@@ -274,13 +274,27 @@ class Transformer(nn.Module):
             dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
         with torch.device("meta"):          # no throw-away random init of 600M parameters
             model = cls(cfg)
-        state = load_state_dict(path, model.expected_shapes(), device=device, dtype=dtype)
-        if cfg.tie_word_embeddings:
-            state["lm_head.weight"] = state["embed_tokens.weight"]
-        model.load_state_dict(state, strict=True, assign=True)
-        if cfg.tie_word_embeddings:         # assign=True replaced the shared parameter: re-tie
-            model.lm_head.weight = model.embed_tokens.weight
+        model._assign(load_state_dict(path, model.expected_shapes(), device=device, dtype=dtype))
         return model.eval()
+
+    @classmethod
+    def from_state_dict(cls, cfg: Qwen3Config, state: dict[str, torch.Tensor]) -> "Transformer":
+        """A small model of ``cfg`` holding the tensors of ``state`` (our parameter names, the tied
+        LM head left out), for weights already in memory. It is built with an ordinary (throw-away)
+        initialisation: for a model of a few million parameters that costs milliseconds, where a
+        meta-device build first imports about a second of torch machinery."""
+        model = cls(cfg)
+        model._assign(state)
+        return model.eval()
+
+    def _assign(self, state: dict[str, torch.Tensor]) -> None:
+        """Make ``state``'s tensors this model's parameters (re-tying a tied LM head)."""
+        state = dict(state)
+        if self.config.tie_word_embeddings:
+            state["lm_head.weight"] = state["embed_tokens.weight"]
+        self.load_state_dict(state, strict=True, assign=True)
+        if self.config.tie_word_embeddings:   # assign=True replaced the shared parameter: re-tie
+            self.lm_head.weight = self.embed_tokens.weight
 
     def expected_shapes(self) -> dict[str, tuple[int, ...]]:
         """Parameter name -> shape, as stored in a checkpoint (without the tied LM head)."""

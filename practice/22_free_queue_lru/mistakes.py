@@ -26,3 +26,18 @@ MISTAKES = [
      "old": '        if n > len(self.free_queue):\n            return None\n        blocks = []\n        for _ in range(n):\n',
      "new": '        blocks = []\n        for _ in range(n):\n            if not self.free_queue:\n                return None\n'},
 ]
+
+MISTAKES += [
+    {"name": 'admit_touches_then_gives_back',
+     "explain": "Touches the hits, tries to allocate, and frees the hits again when that fails: they return to the tail of the queue as if just used, and the next allocation evicts another prefix in their place.",
+     "old": "        if need + hits_in_queue > len(self.free_queue):\n            return None\n        self.touch(hits)          # first: a hit at the head of the queue must not be handed out\n        return hits + self.allocate(need)\n",
+     "new": "        self.touch(hits)\n        new = self.allocate(need)\n        if new is None:\n            self.free(hits)   # give the hits back\n            return None\n        return hits + new\n"},
+    {"name": 'admit_allocates_before_touching',
+     "explain": "Allocates first: a hit block at the head of the free queue is handed out (and its hash evicted) to the request that hit it.",
+     "old": "        self.touch(hits)          # first: a hit at the head of the queue must not be handed out\n        return hits + self.allocate(need)\n",
+     "new": "        new = self.allocate(need)\n        self.touch(hits)\n        return hits + new\n"},
+    {"name": 'admit_serves_the_last_token',
+     "explain": "Looks up the whole prompt: a fully cached prompt leaves no token to compute, so there are no logits to sample from.",
+     "old": "        hits = self.lookup(token_ids[:-1])\n",
+     "new": "        hits = self.lookup(token_ids)\n"},
+]

@@ -1,4 +1,4 @@
-"""Reference solution for exercise 22: the free queue as an LRU cache."""
+"""Reference solution for exercise 22: the free queue as an LRU cache, and admission that leaves it alone."""
 
 from collections import OrderedDict
 
@@ -47,6 +47,19 @@ class PrefixCachingBlockPool:
             if self.ref_cnt[b] == 0:
                 del self.free_queue[b]
             self.ref_cnt[b] += 1
+
+    def admit(self, token_ids: list[int]) -> list[int] | None:
+        """The block table of a new request for prompt token_ids: its cache hits (never the last
+        token) then fresh blocks; None, touching and allocating nothing, if they do not fit."""
+        if not token_ids:
+            raise ValueError("a prompt needs at least one token")
+        hits = self.lookup(token_ids[:-1])
+        need = -(-len(token_ids) // self.block_size) - len(hits)
+        hits_in_queue = sum(1 for b in hits if self.ref_cnt[b] == 0)   # touching takes them out
+        if need + hits_in_queue > len(self.free_queue):
+            return None
+        self.touch(hits)          # first: a hit at the head of the queue must not be handed out
+        return hits + self.allocate(need)
 
     # ---- given -------------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Exercise 22: the free queue as an LRU cache. Write allocate, free and touch.
+"""Exercise 22: the free queue as an LRU cache. Write allocate, free, touch and admit.
 
 Everything else in this class is given and already works.
 """
@@ -33,6 +33,16 @@ class PrefixCachingBlockPool:
     def touch(self, blocks: list[int]) -> None:
         """A request reuses these cached blocks: +1 reference each; a block at ref_cnt 0 leaves
         the free queue first."""
+        raise NotImplementedError
+
+    def admit(self, token_ids: list[int]) -> list[int] | None:
+        """The block table of a new request whose prompt is token_ids: the blocks of
+        lookup(token_ids[:-1]) (touched), then fresh blocks for the rest of the prompt.
+
+        If those fresh blocks plus the hit blocks now in the free queue are more than the free
+        queue holds, return None having touched and allocated nothing (lookup's counters count the
+        query anyway). ValueError for an empty prompt.
+        """
         raise NotImplementedError
 
     # ---- given -------------------------------------------------------------------------------

@@ -7,7 +7,8 @@ from solution_under_test import longest_cache_hit
 
 def test_example_partial_last_block():
     table = {"h0": 7, "h1": 3}
-    assert longest_cache_hit(["h0", "h1"], table, num_tokens=10, block_size=4) == ([7, 3], 8)
+    assert longest_cache_hit(["h0", "h1"], table, num_tokens=10, block_size=4) == ([7, 3], 8), (
+        "10 tokens: 9 may hit, and both whole blocks (8 tokens) fit in 9")
 
 
 def test_example_full_hit_gives_up_the_last_block():
@@ -18,7 +19,8 @@ def test_example_full_hit_gives_up_the_last_block():
 
 def test_one_token_past_the_boundary_keeps_every_block():
     table = {"h0": 7, "h1": 3}
-    assert longest_cache_hit(["h0", "h1"], table, num_tokens=9, block_size=4) == ([7, 3], 8)
+    assert longest_cache_hit(["h0", "h1"], table, num_tokens=9, block_size=4) == ([7, 3], 8), (
+        "9 tokens: 8 may hit, exactly the two cached blocks")
 
 
 def test_stops_at_the_first_miss():
@@ -26,22 +28,25 @@ def test_stops_at_the_first_miss():
     got = longest_cache_hit(["h0", "h1", "h2"], table, num_tokens=13, block_size=4)
     assert got == ([], 0), "block 0 is not cached, so nothing after it can be used"
     table = {"h0": 1, "h2": 5}
-    assert longest_cache_hit(["h0", "h1", "h2"], table, num_tokens=13, block_size=4) == ([1], 4)
+    assert longest_cache_hit(["h0", "h1", "h2"], table, num_tokens=13, block_size=4) == ([1], 4), (
+        "block 1 is missing, so only block 0 is used, although block 2 is cached")
 
 
 def test_nothing_cached():
-    assert longest_cache_hit(["h0"], {}, num_tokens=5, block_size=4) == ([], 0)
-    assert longest_cache_hit([], {"h0": 1}, num_tokens=3, block_size=4) == ([], 0)
+    assert longest_cache_hit(["h0"], {}, num_tokens=5, block_size=4) == ([], 0), "an empty table: nothing hits"
+    assert longest_cache_hit([], {"h0": 1}, num_tokens=3, block_size=4) == ([], 0), "no full block: nothing hits"
 
 
 def test_single_token_prompt_never_hits():
-    assert longest_cache_hit(["h0"], {"h0": 2}, num_tokens=1, block_size=1) == ([], 0)
+    assert longest_cache_hit(["h0"], {"h0": 2}, num_tokens=1, block_size=1) == ([], 0), (
+        "a one-token prompt has no token to spare: nothing may come from the cache")
 
 
 def test_block_size_one():
     hashes = ["a", "b", "c", "d", "e"]
     table = {h: i for i, h in enumerate(hashes)}
-    assert longest_cache_hit(hashes, table, num_tokens=5, block_size=1) == ([0, 1, 2, 3], 4)
+    assert longest_cache_hit(hashes, table, num_tokens=5, block_size=1) == ([0, 1, 2, 3], 4), (
+        "5 tokens in blocks of 1: at most 4 may hit, the last is computed")
 
 
 def test_empty_prompt_is_an_error():
@@ -64,8 +69,8 @@ def test_negative_token_count_is_an_error():
 def test_arguments_are_not_modified():
     hashes, table = ["h0", "h1"], {"h0": 7, "h1": 3}
     longest_cache_hit(hashes, table, num_tokens=8, block_size=4)
-    assert hashes == ["h0", "h1"]
-    assert table == {"h0": 7, "h1": 3}
+    assert hashes == ["h0", "h1"], "longest_cache_hit must not modify block_hashes"
+    assert table == {"h0": 7, "h1": 3}, "longest_cache_hit must not modify hash_to_block"
 
 
 def test_random_against_brute_force():
@@ -81,4 +86,4 @@ def test_random_against_brute_force():
                 best = k
         expected = ([table[h] for h in hashes[:best]], best * block_size)
         got = longest_cache_hit(hashes, table, num_tokens, block_size)
-        assert got == expected
+        assert got == expected, "the longest cached run of whole blocks that leaves the last token to compute"

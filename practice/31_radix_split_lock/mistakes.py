@@ -26,3 +26,26 @@ MISTAKES = [
      "old": '            child.last_access = now\n            value += child.value\n',
      "new": '            value += child.value\n'},
 ]
+
+MISTAKES += [
+    {"name": 'a_tick_per_node',
+     "explain": 'Stamps each node with a fresh tick of the clock: a parent looks older than the child the same walk passed after it.',
+     "old": '            child.last_access = now\n            value += child.value\n',
+     "new": '            child.last_access = next(self._clock)\n            value += child.value\n'},
+    {"name": 'checkpoint_frees_the_matched_prefix',
+     "explain": "Counts the duplicates from the first token: the slots the request matched are the tree's own, and freeing them hands out KV the tree still serves.",
+     "old": '        duplicates = value[matched:already]  # computed again: someone cached them meanwhile\n',
+     "new": '        duplicates = value[:already]\n'},
+    {"name": 'checkpoint_frees_nothing',
+     "explain": 'Returns no duplicates: the request keeps its own copy of KV the tree already holds (a leak until it ends).',
+     "old": '        duplicates = value[matched:already]  # computed again: someone cached them meanwhile\n',
+     "new": '        duplicates = []\n'},
+    {"name": 'checkpoint_keeps_its_own_slots',
+     "explain": "Returns the request's own slots instead of the tree's: the request goes on reading the duplicate copies it was told to free.",
+     "old": '        return slots, new, duplicates\n',
+     "new": '        return list(value), new, duplicates\n'},
+    {"name": 'checkpoint_adds_a_lock',
+     "explain": "Locks the new node but never releases the old lock: the prefix stays counted twice and is never evictable again.",
+     "old": '        self.dec_lock_ref(node)\n        return slots, new, duplicates\n',
+     "new": '        return slots, new, duplicates\n'},
+]

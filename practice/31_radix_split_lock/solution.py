@@ -1,4 +1,5 @@
-"""Reference solution for exercise 31: radix tree match / insert with splits that inherit locks."""
+"""Reference solution for exercise 31: radix tree match / insert with splits that inherit locks, and a
+running request's checkpoint."""
 
 import itertools
 
@@ -84,6 +85,24 @@ class RadixCache:
         child.key, child.value, child.parent = child.key[n:], child.value[n:], front
         front.children[child.key[0]] = child
         return front
+
+    def checkpoint(self, node: Node, key: list[int], value: list[int]) -> tuple[list[int], Node, list[int]]:
+        """A running request holds a lock on ``node`` and has computed ``key`` into its slots
+        ``value``: cache it now, move the lock to where ``key`` ends. Returns the tree's slots for
+        ``key``, that node, and the request's duplicate slots for the caller to free."""
+        if len(key) != len(value):
+            raise ValueError(f"key has {len(key)} tokens but value has {len(value)} slots")
+        matched = 0                          # the request's cached prefix: the path down to node
+        walk = node
+        while walk is not self.root:
+            matched += len(walk.key)
+            walk = walk.parent
+        already = self.insert(key, value)
+        duplicates = value[matched:already]  # computed again: someone cached them meanwhile
+        slots, new = self.match_prefix(key)
+        self.inc_lock_ref(new)               # lock the longer prefix before releasing the old one
+        self.dec_lock_ref(node)
+        return slots, new, duplicates
 
     # ---- given -------------------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
-"""Exercise 31: radix tree match / insert, with edge splits that inherit the lock count.
+"""Exercise 31: radix tree match / insert, with edge splits that inherit the lock count, and a
+running request's checkpoint.
 
-Write match_prefix, insert and _split. Node, the locks and total_size are given.
+Write match_prefix, insert, _split and checkpoint. Node, the locks and total_size are given.
 """
 
 import itertools
@@ -42,7 +43,8 @@ class RadixCache:
 
         When the match ends inside an edge, the edge is split so that it ends on a node.
         """
-        # Stamp every node you pass with next(self._clock) in last_access (exercise 32 evicts by it).
+        # One clock value per walk: now = next(self._clock) once, then every node you pass gets
+        # last_access = now (exercise 32 evicts by it).
         raise NotImplementedError
 
     def insert(self, key: list[int], value: list[int]) -> int:
@@ -56,6 +58,18 @@ class RadixCache:
 
         The front is in use by whoever uses child, so it inherits child's lock count; the sizes
         do not change, because no token changes state.
+        """
+        raise NotImplementedError
+
+    def checkpoint(self, node: Node, key: list[int], value: list[int]) -> tuple[list[int], Node, list[int]]:
+        """A running request holds a lock on ``node`` (the end of the prefix it matched when it was
+        admitted) and has computed KV for ``key`` into its slots ``value`` (the first ones, down to
+        ``node``, are the tree's own slots it matched). Make that reusable while it runs:
+
+        insert key -> value; the request's slots for tokens the tree already held beyond its own
+        prefix are duplicates; lock the node where ``key`` now ends, then release ``node``.
+        Returns (the tree's slots for all of key, that node, the duplicate slots the caller frees).
+        ValueError, changing nothing, if key and value differ in length.
         """
         raise NotImplementedError
 

@@ -1,6 +1,10 @@
-"""Exercise 32: leaf-LRU eviction that respects locks. Write evict; the rest of the tree is given."""
+"""Exercise 32: evict unlocked leaves by SGLang's policies (LRU, LFU, SLRU). Write evict.
 
-import heapq   # you will want it for evict
+The tree of exercise 31 (match_prefix, insert, the split, the locks) is given, with a hit count
+per node: every insert adds one to each node it passes or creates, and a split front inherits it.
+"""
+
+import heapq  # noqa: F401  (a heap is the usual tool here)
 import itertools
 
 
@@ -11,11 +15,12 @@ class Node:
         self.value: list[int] = list(value)      # their KV slots
         self.parent: "Node | None" = parent
         self.lock_ref = 0                        # running requests using this node (or a descendant)
-        self.last_access = 0
+        self.last_access = 0                     # the clock of the last walk through it
+        self.hit_count = 0                       # inserts that passed through it (or created it)
 
     def __repr__(self) -> str:   # short: the parent and children links would repeat the whole tree
         return (f"Node(key={self.key}, value={self.value}, lock_ref={self.lock_ref}, "
-                f"last_access={self.last_access}, children={len(self.children)})")
+                f"last_access={self.last_access}, hit_count={self.hit_count}, children={len(self.children)})")
 
 
 def _common_len(a: list[int], b: list[int]) -> int:
@@ -27,8 +32,14 @@ def _common_len(a: list[int], b: list[int]) -> int:
     return n
 
 
+POLICIES = ("lru", "lfu", "slru")
+
+
 class RadixCache:
-    def __init__(self):
+    def __init__(self, policy: str = "lru", protected_threshold: int = 2):
+        if policy not in POLICIES:
+            raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
+        self.policy, self.protected_threshold = policy, protected_threshold
         self.root = Node()
         self.root.lock_ref = 1          # a permanent reference: the root is never evicted
         self._clock = itertools.count(1)
@@ -38,13 +49,14 @@ class RadixCache:
     def evict(self, num_tokens: int) -> list[int]:
         """Free at least num_tokens cached tokens (fewer if not enough are evictable).
 
-        Removes unlocked leaves, least recently used first (smallest last_access); a parent left
-        as an unlocked leaf becomes a candidate too. Keep evictable_size up to date. Returns the
-        freed slots, in eviction order.
+        Removes unlocked leaves, the one that sorts first under the policy first:
+        "lru" by last_access; "lfu" by (hit_count, last_access); "slru" by
+        (hit_count >= protected_threshold, last_access). A parent left as an unlocked leaf becomes
+        a candidate too, with its own key. Returns the freed slots, in eviction order.
         """
         raise NotImplementedError
 
-    # ---- given (exercise 31) --------------------------------------------------------------
+    # ---- given (exercise 31, and hit counts) ---------------------------------------------------
 
     def match_prefix(self, key: list[int]) -> tuple[list[int], Node]:
         """Slots of the longest cached prefix of key, and the node where that prefix ends.
@@ -66,13 +78,14 @@ class RadixCache:
 
     def insert(self, key: list[int], value: list[int]) -> int:
         """Cache key -> value. Returns how many leading tokens were already cached; their slots in
-        ``value`` are duplicates that the caller frees (the cached slots are kept)."""
+        ``value`` are duplicates that the caller frees (the cached slots are kept). Every node the
+        insert passes or creates counts one more hit."""
         node, matched, now = self.root, 0, next(self._clock)
         while key:
             child = node.children.get(key[0])
             if child is None:
                 leaf = Node(key, value, node)
-                leaf.last_access = now
+                leaf.last_access, leaf.hit_count = now, 1
                 node.children[key[0]] = leaf
                 self.evictable_size += len(key)
                 break
@@ -80,18 +93,16 @@ class RadixCache:
             if n < len(child.key):
                 child = self._split(child, n)
             child.last_access = now
+            child.hit_count += 1
             matched += n
             node, key, value = child, key[n:], value[n:]
         return matched
 
     def _split(self, child: Node, n: int) -> Node:
-        """Cut child's edge after n tokens; return the new node holding the front part.
-
-        The front is in use by whoever uses child, so it inherits child's lock count; the sizes
-        do not change, because no token changes state.
-        """
+        """Cut child's edge after n tokens; return the new node holding the front part, which
+        inherits child's lock count, clock and hit count."""
         front = Node(child.key[:n], child.value[:n], child.parent)
-        front.lock_ref, front.last_access = child.lock_ref, child.last_access
+        front.lock_ref, front.last_access, front.hit_count = child.lock_ref, child.last_access, child.hit_count
         child.parent.children[front.key[0]] = front
         child.key, child.value, child.parent = child.key[n:], child.value[n:], front
         front.children[child.key[0]] = child

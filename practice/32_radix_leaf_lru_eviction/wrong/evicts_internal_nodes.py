@@ -1,4 +1,4 @@
-"""Evicts the least recently used unlocked node even when it has children."""
+"""Evicts the unlocked node with the smallest key even when it has children."""
 
 import heapq
 import itertools
@@ -11,11 +11,12 @@ class Node:
         self.value: list[int] = list(value)      # their KV slots
         self.parent: "Node | None" = parent
         self.lock_ref = 0                        # running requests using this node (or a descendant)
-        self.last_access = 0
+        self.last_access = 0                     # the clock of the last walk through it
+        self.hit_count = 0                       # inserts that passed through it (or created it)
 
     def __repr__(self) -> str:   # short: the parent and children links would repeat the whole tree
         return (f"Node(key={self.key}, value={self.value}, lock_ref={self.lock_ref}, "
-                f"last_access={self.last_access}, children={len(self.children)})")
+                f"last_access={self.last_access}, hit_count={self.hit_count}, children={len(self.children)})")
 
 
 def _common_len(a: list[int], b: list[int]) -> int:
@@ -27,13 +28,40 @@ def _common_len(a: list[int], b: list[int]) -> int:
     return n
 
 
+POLICIES = ("lru", "lfu", "slru")
+
+
 class RadixCache:
-    def __init__(self):
+    def __init__(self, policy: str = "lru", protected_threshold: int = 2):
+        if policy not in POLICIES:
+            raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
+        self.policy, self.protected_threshold = policy, protected_threshold
         self.root = Node()
         self.root.lock_ref = 1          # a permanent reference: the root is never evicted
         self._clock = itertools.count(1)
         self.evictable_size = 0         # cached tokens no request is using
         self.protected_size = 0         # cached tokens locked by running requests
+
+    def evict(self, num_tokens: int) -> list[int]:
+        """Evicts the unlocked node with the smallest key, leaf or not."""
+        candidates = sorted((n for n in self._nodes() if n.lock_ref == 0), key=self._priority)
+        freed: list[int] = []
+        for node in candidates:
+            if len(freed) >= num_tokens:
+                break
+            freed += node.value
+            node.parent.children.pop(node.key[0], None)
+            self.evictable_size -= len(node.key)
+        return freed
+
+    def _priority(self, node: Node) -> tuple:
+        if self.policy == "lfu":
+            return (node.hit_count, node.last_access)
+        if self.policy == "slru":
+            return (node.hit_count >= self.protected_threshold, node.last_access)
+        return (node.last_access,)
+
+    # ---- given (exercise 31, and hit counts) ---------------------------------------------------
 
     def match_prefix(self, key: list[int]) -> tuple[list[int], Node]:
         """Slots of the longest cached prefix of key, and the node where that prefix ends.
@@ -55,13 +83,14 @@ class RadixCache:
 
     def insert(self, key: list[int], value: list[int]) -> int:
         """Cache key -> value. Returns how many leading tokens were already cached; their slots in
-        ``value`` are duplicates that the caller frees (the cached slots are kept)."""
+        ``value`` are duplicates that the caller frees (the cached slots are kept). Every node the
+        insert passes or creates counts one more hit."""
         node, matched, now = self.root, 0, next(self._clock)
         while key:
             child = node.children.get(key[0])
             if child is None:
                 leaf = Node(key, value, node)
-                leaf.last_access = now
+                leaf.last_access, leaf.hit_count = now, 1
                 node.children[key[0]] = leaf
                 self.evictable_size += len(key)
                 break
@@ -69,36 +98,20 @@ class RadixCache:
             if n < len(child.key):
                 child = self._split(child, n)
             child.last_access = now
+            child.hit_count += 1
             matched += n
             node, key, value = child, key[n:], value[n:]
         return matched
 
     def _split(self, child: Node, n: int) -> Node:
-        """Cut child's edge after n tokens; return the new node holding the front part.
-
-        The front is in use by whoever uses child, so it inherits child's lock count; the sizes
-        do not change, because no token changes state.
-        """
+        """Cut child's edge after n tokens; return the new node holding the front part, which
+        inherits child's lock count, clock and hit count."""
         front = Node(child.key[:n], child.value[:n], child.parent)
-        front.lock_ref, front.last_access = child.lock_ref, child.last_access
+        front.lock_ref, front.last_access, front.hit_count = child.lock_ref, child.last_access, child.hit_count
         child.parent.children[front.key[0]] = front
         child.key, child.value, child.parent = child.key[n:], child.value[n:], front
         front.children[child.key[0]] = child
         return front
-
-    def evict(self, num_tokens: int) -> list[int]:
-        """Evicts the least recently used unlocked node, leaf or not."""
-        candidates = sorted((n for n in self._nodes() if n.lock_ref == 0), key=lambda n: n.last_access)
-        freed: list[int] = []
-        for node in candidates:
-            if len(freed) >= num_tokens:
-                break
-            freed += node.value
-            node.parent.children.pop(node.key[0], None)
-            self.evictable_size -= len(node.key)
-        return freed
-
-    # ---- given -------------------------------------------------------------------------------
 
     def inc_lock_ref(self, node: Node) -> None:
         """A request uses the prefix ending at node: lock it and every ancestor."""
