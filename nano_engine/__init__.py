@@ -15,6 +15,7 @@ one exception happens only when asked for: the engine's imports of ``fast/`` (a 
     model.py           a hand-written Qwen3 decoder in plain PyTorch, and the reference greedy loop
     weights.py         config.json and safetensors (one file or sharded), checked field by field
     tokenizer.py       Qwen's tokenizer, rebuilt offline
+    devices.py         what a device gets by default: bfloat16 + Triton on sm_80+ GPUs, float32 + PyTorch attention on a T4 / CPU
     checkpoints.py     the model folders the chapters and tests use, by preset name (tiny, medium, trained, full)
     training.py        how the small trained default model was made (deterministic, CPU), and its expansion
     train_corpus.py    its training text: Python's bundled docs and generated questions about inference engines

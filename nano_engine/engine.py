@@ -160,13 +160,21 @@ class LLMEngine:
       ``cache=<CacheManager>`` uses the given one.
 
     Scheduling: ``max_num_batched_tokens`` tokens per step at most (None: as many as the pool
-    holds), ``max_num_seqs`` running sequences at most, ``policy`` the admission order ("fcfs", the
+    holds, or with ``gpu_memory_utilization`` the 8192 tokens its profile measured),
+    ``max_num_seqs`` running sequences at most, ``policy`` the admission order ("fcfs", the
     cache-aware "lpm" / "dfs-weight", or an object, see :mod:`nano_engine.policies`).
 
     ``attention`` builds the per-step attention context from the KV cache and the metadata
     (default: the PyTorch reference ``PagedAttention``); by name, ``"torch"`` (the reference),
-    ``"triton"`` (the Triton kernels, CUDA) or ``"auto"`` (Triton on CUDA when installed), see
+    ``"triton"`` (the Triton kernels, CUDA) or ``"auto"`` (Triton on a GPU of compute capability
+    8.0+ when installed, the reference on a T4 and on CPU: ``nano_engine.devices``), see
     ``nano_engine.fast.fast_attention``.
+
+    Host tier (chapter 06): ``host_kv_tokens=N`` (with ``write_policy="write_through"`` |
+    ``"write_through_selective"`` | ``"write_back"``, radix only), or ``host_tier=HostTier(...)``,
+    puts N tokens of host memory under a ``"radix"``, ``"hashed"`` or ``"vllm"`` cache
+    (``nano_engine.tiered_cache_manager``). ``close()`` (or ``with LLMEngine(...) as engine``)
+    waits for the copies still in flight.
 
     GPU options: ``gpu_memory_utilization`` (e.g. 0.9) sizes the KV pool from free GPU memory after a
     profiling forward, like vLLM (``nano_engine.fast.gpu_memory``); ``cuda_graphs=True`` (with Triton
@@ -201,7 +209,7 @@ class LLMEngine:
                                     dtype=kv_dtype)
             self.cache = config.build_cache_manager(
                 layout, self.kv_cache, layerwise=self.attention is PagedAttention and not config.cuda_graphs)
-            self.scheduler = Scheduler(self.cache, config.max_num_batched_tokens, config.max_num_seqs, config.policy)
+            self.scheduler = Scheduler(self.cache, config.step_token_budget(), config.max_num_seqs, config.policy)
             self.graph_runner = self._make_graph_runner() if config.cuda_graphs else None
         self.step_log = StepLog(config.step_log_size)
         self.last_metrics: list[Metrics] = []

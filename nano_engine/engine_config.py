@@ -218,6 +218,16 @@ class EngineConfig:
             return RadixCacheManager(n, bs)
         return NaiveCacheManager(n, bs)
 
+    def step_token_budget(self) -> int | None:
+        """``max_num_batched_tokens`` for the scheduler. None means "as many as the pool holds",
+        except when ``gpu_memory_utilization`` sized the pool: its profiling forward measured a
+        step of ``DEFAULT_PROFILE_TOKENS`` (8192) tokens, so no step may be larger (a bigger one
+        could need more activation memory than the profile left free)."""
+        if self.max_num_batched_tokens is None and self.gpu_memory_utilization is not None:
+            from nano_engine.fast.gpu_memory import DEFAULT_PROFILE_TOKENS
+            return DEFAULT_PROFILE_TOKENS
+        return self.max_num_batched_tokens
+
     def _kv_budget(self, model: Transformer, attention: Callable, kv_dtype: torch.dtype, block_size: int) -> int:
         """Bytes of KV: measured on the GPU, given, or the default."""
         if self.gpu_memory_utilization is not None:

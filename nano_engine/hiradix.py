@@ -61,6 +61,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from nano_engine.checks import require_int
 from nano_engine.host_tier import LOAD_BACK_THRESHOLD, Copy, CopyEngine, HostKVPool, HostTier, as_host_tier
 from nano_engine.radix import Node, RadixCache, Tokens, _as_tokens
 
@@ -414,8 +415,7 @@ class HiRadixCache(RadixCache):
     def evict(self, num_tokens: int) -> list[int]:
         """Free at least ``num_tokens`` device slots from device leaves, least recently used
         first; returns the freed slots. A backed-up leaf keeps its node (now host-only)."""
-        if num_tokens < 0:
-            raise ValueError(f"evict: num_tokens must be >= 0, got {num_tokens}")
+        require_int("num_tokens", num_tokens, minimum=0)
         heap = [(n.last_access, n.id, n) for n in self._hinodes() if self._device_leaf(n)]
         heapq.heapify(heap)
         freed: list[int] = []

@@ -197,6 +197,16 @@ def test_the_hashed_tier_stores_a_step_in_runs(make_engine, tiny_model):
     engine.check_no_leaks()
 
 
+def test_close_waits_for_the_copies_in_flight(make_engine, tiny_model, prompts):
+    """The static review's finding 15: an engine dropped with a copy running would let the
+    allocator hand the copy's memory out; ``close`` (or leaving a ``with`` block) waits first."""
+    with make_engine(cache="radix", num_blocks=64, block_size=16, host_kv_tokens=4096) as engine:
+        with deferred_copies(engine, "forced") as streams:
+            engine.generate([prompts[2]], SamplingParams(max_tokens=MAX_TOKENS))
+            assert any(True for _ in streams.pending())
+    assert not any(True for _ in streams.pending()) and not engine.cache.copies.in_flight()
+
+
 # -- faults in the new paths -------------------------------------------------------------------------
 
 def check_step(engine) -> None:

@@ -89,3 +89,13 @@ def test_an_absurd_host_tier_is_refused_before_any_allocation(tiny_model, monkey
     monkeypatch.setattr(BlockPool, "__init__", no_allocation)
     with pytest.raises(ValueError, match="host_kv_tokens"):
         LLMEngine(tiny_model, cache="radix", num_blocks=8, host_kv_tokens=tokens)
+
+
+def test_a_profiled_pool_caps_each_step_at_the_profiled_tokens():
+    """The static review's finding 9: with ``gpu_memory_utilization`` and no step budget, a step
+    could take the whole pool while the profile measured 8,192 tokens of activations."""
+    from nano_engine.fast.gpu_memory import DEFAULT_PROFILE_TOKENS
+    assert EngineConfig(gpu_memory_utilization=0.9, max_num_batched_tokens=None).step_token_budget() == \
+        DEFAULT_PROFILE_TOKENS
+    assert EngineConfig(max_num_batched_tokens=None).step_token_budget() is None
+    assert EngineConfig(gpu_memory_utilization=0.9, max_num_batched_tokens=2048).step_token_budget() == 2048
