@@ -350,8 +350,8 @@ class CopyEngine:
     waits for the oldest copy in flight and acknowledges it; ``drain`` starts and acknowledges
     everything (an idle engine, a blocking write-back). Counters: ``bytes_written`` (device to host),
     ``bytes_loaded`` (host to device), ``model_seconds`` (their time under ``bandwidth``, a model),
-    ``num_copies``, and ``num_transfers`` (tensor copies issued: one per layer, K or V, and run of
-    consecutive slots).
+    ``num_copies``, ``num_transfers`` (tensor copies issued: one per layer, K or V, and run of
+    consecutive slots), ``num_waits`` (times a stalled step waited for the oldest copy).
 
     A step's loads are started together, layer by layer: layer *i* of every load, then its event,
     so attention on layer *i* waits for layer *i* of the step's loads and nothing else (with
@@ -370,7 +370,7 @@ class CopyEngine:
         self.started: list[Copy] = []
         self.bytes_written = self.bytes_loaded = 0
         self.model_seconds = 0.0
-        self.num_copies = self.num_transfers = 0
+        self.num_copies = self.num_transfers = self.num_waits = 0
 
     def attach(self, device_kv: KVCache, layerwise: bool = True) -> None:
         """Bind the device cache of a copy engine made without one (before any copy)."""
@@ -508,6 +508,7 @@ class CopyEngine:
         the pages such a copy holds locked are free a moment later."""
         if not self.in_flight():
             return False
+        self.num_waits += 1
         self.start_stores()
         self.start_loads()
         if self.started:
