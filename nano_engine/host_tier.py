@@ -14,14 +14,16 @@ puts them under the engine):
 * :class:`HostKVPool`: pages of host memory with the device pool's layout (per layer K and V
   ``[slots, kv_heads, head_dim]``, layer first as SGLang 0.5.9's default ``layer_first``), page
   ids from a :class:`~nano_engine.paged.BlockPool`. On CUDA the memory is *pinned* (page-locked,
-  registered with ``cudaHostRegister`` as SGLang 0.5.9's ``memory_pool_host.py``
-  ``alloc_with_host_register`` does), which is what lets a copy run as DMA while the GPU computes.
+  registered with ``cudaHostRegister``, as ``alloc_with_host_register`` in SGLang 0.5.9's
+  ``python/sglang/srt/mem_cache/memory_pool_host.py`` does), which is what lets a copy run as DMA
+  while the GPU computes.
 * :class:`Copy` and :class:`CopyEngine`: a copy is *submitted* (queued), *started*, then
   *acknowledged*. Until the acknowledgement the caller keeps the source locked and the destination
   unreadable (SGLang: ``inc_lock_ref`` until ``writing_check``; vLLM: a CPU block's ``ref_cnt`` is
   -1 until ``complete_store``). On CUDA, loads and stores run on two streams of their own
   (:class:`CudaStreams`; SGLang's ``HiCacheController`` has a ``load_stream`` and a
-  ``write_stream``), so a load never queues behind a store. A copy is acknowledged when its event
+  ``write_stream``, ``python/sglang/srt/managers/cache_controller.py``), so a load never queues
+  behind a store. A copy is acknowledged when its event
   has fired. Loads record one event per layer, so attention for layer *i* can start as soon as
   layer *i* has arrived (``KVCache.wait_layer``); a forward waits for the loads of its own step
   only, never for the stores. **On CPU a copy is synchronous**: ``start`` does the whole copy

@@ -24,8 +24,10 @@ One step (``Scheduler.schedule``):
    If a step would schedule nothing while requests are left, that is where their memory is: the
    scheduler asks the cache manager to wait for its oldest copy (``cache.wait_for_copy``) and plans
    again, instead of failing. This is the one place the engine waits for a copy. (SGLang's
-   scheduler loop, ``Scheduler.event_loop_normal`` in 0.5.9, idles on an empty batch and polls
-   again next turn; a synchronous ``step()`` must make progress, so it waits.)
+   scheduler loop, ``Scheduler.event_loop_normal`` in ``python/sglang/srt/managers/scheduler.py``
+   (0.5.9 and 0.5.23), idles on an empty batch and polls again next turn, where 0.5.9's
+   ``HiRadixCache.writing_check`` acknowledges the stores that finished; a synchronous ``step()``
+   must make progress, so it waits.)
 
 The scheduler only talks to a :class:`~nano_engine.cache_manager.CacheManager`; which cache sits
 behind it (none, hashed blocks, radix tree) changes nothing here. Admission orders (FCFS and the
