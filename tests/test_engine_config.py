@@ -99,3 +99,45 @@ def test_a_profiled_pool_caps_each_step_at_the_profiled_tokens():
         DEFAULT_PROFILE_TOKENS
     assert EngineConfig(max_num_batched_tokens=None).step_token_budget() is None
     assert EngineConfig(gpu_memory_utilization=0.9, max_num_batched_tokens=2048).step_token_budget() == 2048
+
+
+@pytest.mark.parametrize("cache", ["radix", "hashed", "vllm"])
+def test_the_host_pool_and_copy_engine_are_built_once(tiny_model, monkeypatch, cache):
+    """They used to be built as placeholders with the manager, then again once the KV cache was
+    allocated (``bind_kv_cache``); now the KV cache comes first and each is built once, shaped like it."""
+    from nano_engine.host_tier import CopyEngine, HostKVPool
+
+    built = {"pool": 0, "copies": 0}
+    real_pool, real_copies = HostKVPool.__init__, CopyEngine.__init__
+
+    def count_pool(self, *args, **kwargs):
+        built["pool"] += 1
+        real_pool(self, *args, **kwargs)
+
+    def count_copies(self, *args, **kwargs):
+        built["copies"] += 1
+        real_copies(self, *args, **kwargs)
+
+    monkeypatch.setattr(HostKVPool, "__init__", count_pool)
+    monkeypatch.setattr(CopyEngine, "__init__", count_copies)
+    engine = LLMEngine(tiny_model, cache=cache, num_blocks=16, host_kv_tokens=256)
+    assert built == {"pool": 1, "copies": 1}, built
+    assert engine.cache.copies.device_kv is engine.kv_cache and len(engine.cache.host.k) == tiny_model.config.num_hidden_layers
+
+
+def test_a_tiered_manager_object_gets_the_engines_kv_cache(tiny_model):
+    """A manager made by hand (no KV cache yet) is given the engine's, and its host pool its
+    tensors, once; the engine then serves through it."""
+    import torch
+
+    from nano_engine.engine import SamplingParams
+    from nano_engine.model import generate
+    from nano_engine.tiered_cache_manager import TieredRadixCacheManager
+    manager = TieredRadixCacheManager(16, 16, HostTier(512))
+    assert manager.host.k == [] and manager.copies.device_kv is None
+    engine = LLMEngine(tiny_model, cache=manager)
+    assert manager.copies.device_kv is engine.kv_cache and len(manager.host.k) == tiny_model.config.num_hidden_layers
+    prompt = list(range(1, 40))
+    assert engine.generate([prompt], SamplingParams(max_tokens=3)) == \
+        [generate(tiny_model, torch.tensor([prompt]), 3)[0].tolist()]
+    engine.check_no_leaks()
