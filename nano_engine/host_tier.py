@@ -218,7 +218,7 @@ class HostKVPool:
         buffer = torch.zeros(shape, dtype=like.dtype)          # one allocation: no per-tensor rounding
         self.pinned = like.device.type == "cuda"
         if self.pinned:
-            _register_pinned(buffer)
+            _register_pinned(self, buffer)
         self.k, self.v = list(buffer[0].unbind(0)), list(buffer[1].unbind(0))
         self.bytes_per_token = like.bytes_per_token
 
@@ -243,8 +243,9 @@ class HostKVPool:
         return f"HostKVPool({self.num_pages} pages x {self.page_size} tokens, {where})"
 
 
-def _register_pinned(buffer: torch.Tensor) -> None:
-    """Page-lock ``buffer``'s memory for DMA, and unlock it when the buffer is freed.
+def _register_pinned(owner: HostKVPool, buffer: torch.Tensor) -> None:
+    """Page-lock ``buffer``'s memory for DMA, and unlock it when ``owner`` (whose tensors are views
+    of it, so the memory outlives it) is collected.
 
     ``torch.zeros(..., pin_memory=True)`` goes through torch's caching host allocator, which rounds
     every request up to a power of two and keeps freed blocks cached: a 100k-token tier of
@@ -255,7 +256,7 @@ def _register_pinned(buffer: torch.Tensor) -> None:
     code = cudart.cudaHostRegister(ptr, nbytes, 0)
     if int(getattr(code, "value", code)) != 0:
         raise RuntimeError(f"cudaHostRegister of {nbytes:,} bytes of host KV failed (error {code})")
-    weakref.finalize(buffer, cudart.cudaHostUnregister, ptr)
+    weakref.finalize(owner, cudart.cudaHostUnregister, ptr)
 
 
 @dataclass(eq=False)
