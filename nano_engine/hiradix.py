@@ -362,16 +362,12 @@ class HiRadixCache(RadixCache):
         """Copy the host part of ``m`` to the device: all of it or nothing. Returns the tokens
         loaded (0: shorter than ``load_back_threshold``, or no device room).
 
-        Room, as SGLang 0.5.9's ``load_back`` finds it (``hiradix_cache.py``): ``allocate(num_pages)``
-        returns device pages or None; if None and ``evict`` is given, ``evict(num_tokens)`` is
-        asked to free *the whole load size* (the caller evicts device leaves and returns their
-        pages to its pool) and ``allocate`` is tried once more. If that fails too, nothing is
-        loaded and the evictions are not undone. (A caller whose ``allocate`` evicts for itself
-        passes no ``evict``: one try.)
-
-        While it runs, the device path above the hit is locked and the host nodes are pinned, so
-        neither eviction can take what is being loaded. The nodes are on the device from here on
-        (locked until the copy is acknowledged); the copy itself is submitted to ``copies``."""
+        Room as SGLang 0.5.9's ``load_back`` finds it: ``allocate(num_pages)`` gives device pages
+        or None; then ``evict(num_tokens)`` frees *the whole load size* (the caller evicts device
+        leaves into its pool) and ``allocate`` tries once more; if that fails, nothing is loaded
+        and the evictions stay. (Without ``evict``, one try: ``allocate`` makes its own room.)
+        The hit's device path is locked and its host nodes pinned meanwhile, so no eviction takes
+        them. Loaded nodes are on the device, locked until their copy (submitted) is acknowledged."""
         if m.host_tokens == 0 or m.host_tokens < self.load_back_threshold:
             return 0
         nodes = m.host_nodes()
