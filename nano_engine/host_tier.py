@@ -50,6 +50,7 @@ import functools
 import os
 import weakref
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -431,8 +432,9 @@ class CopyEngine:
                 self._copy_layer_of(loads, layer)
             self._mark_started(loads)
             return
-        events = [streams.launch(streams.load, functools.partial(self._copy_layer_of, loads, layer),
-                                 keep=(kv.k[layer], kv.v[layer])) for layer in range(len(self.host.k))]
+        with self._finishing_on_failure(streams):
+            events = [streams.launch(streams.load, functools.partial(self._copy_layer_of, loads, layer),
+                                     keep=(kv.k[layer], kv.v[layer])) for layer in range(len(self.host.k))]
         for copy in loads:
             copy.events = events
         self._mark_started(loads)
@@ -448,7 +450,20 @@ class CopyEngine:
             work()
             return []
         keep = [t for layer in range(len(self.host.k)) for t in (kv.k[layer], kv.v[layer])]
-        return [streams.launch(streams.store if store else streams.load, work, keep=keep)]
+        with self._finishing_on_failure(streams):
+            return [streams.launch(streams.store if store else streams.load, work, keep=keep)]
+
+    @staticmethod
+    @contextmanager
+    def _finishing_on_failure(streams: Streams) -> Iterator[None]:
+        """If issuing a copy raises halfway, the parts already queued still run later: wait for
+        them before the failure reaches a caller that may free the copy's pages (a write-back
+        that failed drops its node, and its device and host pages go back to their pools)."""
+        try:
+            yield
+        except BaseException:
+            streams.synchronize()
+            raise
 
     def _mark_started(self, copies: list[Copy]) -> None:
         for copy in copies:
