@@ -18,9 +18,23 @@ d. greedy outputs of the reference path (PyTorch attention) and the fast paths (
 e. throughput at nano-vllm's scale (``nano_engine.bench``): each engine path and transformers'
    batched generate, decode step time beside the HBM-bandwidth bound, and the prefix-heavy variant
    with each cache manager;
-f. the CUDA-marked tests (pytest, if importable; ``--pylib`` adds a folder of pure-Python packages).
+f. the CUDA-marked tests (pytest, if importable; ``--pylib`` adds a folder of pure-Python packages);
+g. the host tier on CUDA (issue 40): the 2,000-token prompts that stalled a step, for radix, hashed
+   and vllm; every cache x write policy x attention path with each copy launch delayed ~2 ms on its
+   stream (``torch.cuda._sleep``), outputs against the tier-off engine; the median decode step with
+   the tier off and on (stores off the critical path); one step's stores as runs; a 100k-token
+   pinned tier;
+h. the Triton kernels in bfloat16 and float32 against a float64 reference at Qwen3-0.6B's shapes,
+   the prefill tiles chosen for this GPU's shared memory, and every compiled variant's shared
+   memory, registers and spills;
+i. the CUDA graphs' memory at 256 sequences (one shared logits buffer);
+j. the defaults by GPU class and this device's; on a T4-class device, float32 Triton prefill with
+   smaller tiles against the reference; float16 logits of the real checkpoint where it is here; a
+   model on ``cuda:1`` where there are two GPUs;
+k. vLLM on section e's workload, where it is installed.
 
-A time budget (``--budget-s``) skips what would not fit. A markdown summary is printed at the end;
+Sections run in the order a, b, g, h, i, j, c, d, e, f, k (the issue-40 checks first). A time
+budget (``--budget-s``, default 540 s: the whole run stays under ten minutes) skips what would not fit. A markdown summary is printed at the end;
 with ``$OUT`` set, ``gpu_check.json`` and ``gpu_check.md`` are written there after every section.
 
 The machine needs no network: the checkpoint is generated on the GPU (random weights with the
@@ -212,6 +226,7 @@ def section_environment(report: Report, figures: dict) -> None:
 
     if DEVICE.type != "cuda":
         report.add("a", "device", f"{DEVICE}: a smoke test of this script, not GPU figures")
+        report.add("a", "attention paths", "torch only: triton and triton+graphs are skipped (the kernels need CUDA)")
         return
     props = torch.cuda.get_device_properties(DEVICE)
     figures.update(gpu=props.name, memory_gib=round(props.total_memory / 2**30, 1),
@@ -432,12 +447,14 @@ def section_throughput(report: Report, figures: dict, path: Path, args) -> None:
         return result
 
     for config, min_s in (("triton+graphs", 45), ("triton", 60)):
-        results.append(engine_run(config, min_s))
+        if config in PATHS:
+            results.append(engine_run(config, min_s))
     shape = bench.PREFIX_PRESETS["cuda"]
     prefix = bench.shared_prefix_workload(args.prefix_num_seqs, args.prefix_len, shape["suffix_lens"],
                                           shape["output_lens"], vocab, seed=0)
     report.add("e", "prefix-heavy workload", prefix.describe())
-    prefix_results = [engine_run("triton+graphs", 30, prefix, cache) for cache in bench.CACHES]
+    fast = "triton+graphs" if "triton+graphs" in PATHS else "torch"
+    prefix_results = [engine_run(fast, 30, prefix, cache) for cache in bench.CACHES]
 
     # transformers before the (slowest) reference engine, so a short budget drops the latter
     baseline, hf = None, []
@@ -491,6 +508,288 @@ def section_tests(report: Report, figures: dict, pylib: Path | None) -> None:
             report.add("f", label, f"timed out after {timeout:.0f} s")
 
 
+
+# --------------------------------------------------------------------------- sections new with issue 40
+
+TIER_CONFIGS = [("radix", "write_through"), ("radix", "write_through_selective"), ("radix", "write_back"),
+                ("hashed", "write_through"), ("hashed", "write_through_selective"), ("vllm", "write_through")]
+
+
+class DelayedCudaStreams:
+    """``host_tier.CudaStreams`` with every copy launch held back on its stream by a GPU-side
+    sleep (``torch.cuda._sleep``): the copies finish well after the compute that follows them, so
+    an ordering bug reads stale or half-written KV and the outputs differ."""
+
+    def __init__(self, device: torch.device, cycles: int) -> None:
+        from nano_engine.host_tier import CudaStreams
+        self.inner, self.cycles = CudaStreams(device), cycles
+        self.load, self.store = self.inner.load, self.inner.store
+
+    def launch(self, stream, work, keep=()):
+        def delayed():
+            torch.cuda._sleep(self.cycles)
+            work()
+        return self.inner.launch(stream, delayed, keep)
+
+    def copy(self, dst, src):
+        self.inner.copy(dst, src)
+
+    def wait(self, event):
+        self.inner.wait(event)
+
+    def synchronize(self):
+        self.inner.synchronize()
+
+
+def tier_workloads(vocab: int) -> dict[str, list[tuple[list[int], int]]]:
+    """The two scenarios of tests/test_deferred_copies.py that once failed on a GPU: a small pool
+    served one request at a time (two rounds), and chapter 06's multi-turn chats (headless size)."""
+    import random
+    rng = random.Random(0)
+    shared = [rng.randrange(1, vocab) for _ in range(40)]
+    prompts = [shared + [rng.randrange(1, vocab) for _ in range(n)] for n in (60, 1, 210, 17, 100, 33, 150, 5)]
+    chats = [[rng.randrange(1, vocab) for _ in range(150)] for _ in range(3)]
+    return {"small pool, two rounds": [(p, 5) for p in prompts + prompts], "chapter 06 chats": [(c, 4) for c in chats]}
+
+
+def serve_scenario(engine, name: str, requests, rounds: int = 3) -> list[list[int]]:
+    if name != "chapter 06 chats":
+        return [engine.generate([p], SamplingParams(max_tokens=n))[0] for p, n in requests]
+    outs, histories = [], [p for p, _ in requests]
+    for r in range(rounds):
+        turns = [h + [(7 * r + 3 * i) % 1000 + 10 for i in range(24)] for h in histories]
+        got = engine.generate(turns, SamplingParams(max_tokens=4))
+        outs += got
+        histories = [t + o for t, o in zip(turns, got)]
+    return outs
+
+
+def section_host_tier(report: Report, figures: dict, path: Path, small_path: Path) -> None:
+    """Issue 40 items 1-3 on the GPU: the host tier's CUDA branch, the stall, stores off the
+    critical path, runs of copies, pinned memory."""
+    if DEVICE.type != "cuda":
+        report.add("g", "delayed copy stream", "skipped: needs CUDA streams (on CPU copies are synchronous; the CPU "
+                                                "emulation of deferred copies is tests/test_deferred_copies.py)")
+    # (1) finding 1, natural: a 2,000-token prefill-only request, then one that needs its pages.
+    model = Transformer.from_pretrained(path, device=DEVICE, dtype=torch.bfloat16 if DEVICE.type == "cuda" else None)
+    vocab = model.config.vocab_size
+    a, b = [(i * 7) % 4000 + 1 for i in range(2000)], [(i * 11) % 4000 + 2 for i in range(2000)]
+    for cache in ("radix", "hashed", "vllm"):
+        def long_prompt(cache=cache):
+            engine = LLMEngine(model, cache=cache, num_blocks=130, host_kv_tokens=8192, progress=False)
+            engine.generate([a], SamplingParams(max_tokens=1))
+            engine.generate([b], SamplingParams(max_tokens=1))
+            engine.check_no_leaks()
+            figures[f"long prompt {cache}"] = dict(waits=engine.cache.copies.num_waits)
+            report.add("g", f"2,000-token prompts, {cache} write_through (finding 1)",
+                       f"ok; a stalled step waited for a copy {engine.cache.copies.num_waits} times")
+        guarded(report, "g", f"2,000-token prompts, {cache}", long_prompt)
+    # (2) ordering under injected latency, every cache and policy x attention path, tiny model in fp32
+    if DEVICE.type == "cuda":
+        tiny = Transformer.from_pretrained(small_path, device=DEVICE, dtype=torch.float32)
+        workloads = tier_workloads(tiny.config.vocab_size)
+        bad, runs = [], 0
+        for path_name, kwargs in PATHS.items():
+            for scenario, requests in workloads.items():
+                off_engine = LLMEngine(tiny, cache="radix", num_blocks=24, max_num_seqs=4, progress=False, **kwargs)
+                want = serve_scenario(off_engine, scenario, requests)
+                for cache, policy in TIER_CONFIGS:
+                    def delayed(cache=cache, policy=policy, path_name=path_name, scenario=scenario, requests=requests,
+                                kwargs=kwargs, want=want):
+                        engine = LLMEngine(tiny, cache=cache, num_blocks=24, max_num_seqs=4, host_kv_tokens=4096,
+                                           write_policy=policy, progress=False, **kwargs)
+                        engine.cache.copies.use_streams(DelayedCudaStreams(DEVICE, 3_000_000))   # ~2 ms per launch
+                        got = serve_scenario(engine, scenario, requests)
+                        engine.check_no_leaks()
+                        if got != want:
+                            bad.append(f"{path_name} {cache}/{policy} {scenario}")
+                    runs += 1
+                    if not guarded(report, "g", f"delayed copies {path_name} {cache}/{policy} {scenario}", delayed):
+                        bad.append(f"{path_name} {cache}/{policy} {scenario} raised")
+        figures["delayed copies"] = dict(runs=runs, differing=bad)
+        report.add("g", "delayed copy streams (~2 ms a launch): outputs == tier off, same attention",
+                   f"{runs - len(bad)}/{runs} equal" + (f"; differ: {bad}" if bad else ""))
+        tiny = None  # (not `del`: the closures above name it)
+        release()
+    # (3) finding 2: decode-step time with the tier off and on (write-through), per attention path
+    n_prompts, length = (64, 1024) if DEVICE.type == "cuda" else (4, 64)
+    prompts = random_prompts([length] * n_prompts, vocab, seed=5)
+    for path_name in (("torch", "triton+graphs") if DEVICE.type == "cuda" else ("torch",)):
+        steps = {}
+        for tier in (None, 65536):
+            def decode_steps(tier=tier, path_name=path_name, steps=steps):
+                engine = LLMEngine(model, cache="radix", max_num_seqs=n_prompts, progress=False,
+                                   **({} if tier is None else dict(host_kv_tokens=tier)), **PATHS[path_name])
+                engine.generate(prompts, SamplingParams(max_tokens=64, ignore_eos=True))
+                times = [s["time"] for s in engine.step_log if s["num_prefill_tokens"] == 0]
+                steps[tier] = statistics.median(times)
+                engine.close()
+            guarded(report, "g", f"decode steps {path_name} tier {tier}", decode_steps)
+            release()
+        if len(steps) == 2:
+            figures[f"decode step {path_name}"] = {str(k): v for k, v in steps.items()}
+            report.add("g", f"median decode step, {n_prompts} x {length} tokens, {path_name} (finding 2)",
+                       f"tier off {1e3 * steps[None]:.2f} ms, write-through on {1e3 * steps[65536]:.2f} ms "
+                       f"({steps[65536] / steps[None]:.2f}x)")
+    # (4) findings 11 and 12: one step's stores as runs; pinned memory without power-of-two rounding
+    def runs_and_pinned():
+        engine = LLMEngine(model, cache="hashed", num_blocks=130, host_kv_tokens=8192, progress=False)
+        engine.generate([a], SamplingParams(max_tokens=1))
+        copies = engine.cache.copies
+        before = copies.num_transfers
+        seconds, _ = timed(engine.cache.begin_step)
+        report.add("g", "begin_step after a 2,000-token hashed prefill (finding 11)",
+                   f"{1e3 * seconds:.2f} ms, {copies.num_transfers - before} tensor copies "
+                   f"(one copy per block and layer would be {2 * model.config.num_hidden_layers * 125})")
+        engine.close()
+        from nano_engine.host_tier import HostKVPool
+        from nano_engine.kv_cache import KVCache
+        like = KVCache(model.config, 8, 16, device=DEVICE, dtype=model.dtype)
+        pool = HostKVPool(6250, 16, like=like)            # a 100,000-token tier
+        want = pool.num_slots * like.bytes_per_token
+        stats = torch.cuda.host_memory_stats() if DEVICE.type == "cuda" else {}
+        report.add("g", "a 100,000-token host tier (finding 12)",
+                   f"{want / 2**20:.0f} MiB of KV, pinned: {pool.pinned}; caching host allocator holds "
+                   f"{stats.get('allocated_bytes.current', stats.get('allocation.current', 0))} (it is not used)")
+    guarded(report, "g", "runs and pinned memory", runs_and_pinned)
+    model = None  # frees the weights (the closures above name it, so not `del`)
+    release()
+
+
+def section_kernels(report: Report, figures: dict) -> None:
+    """Finding 7: the bfloat16 Triton kernels against a float64 reference at Qwen3-0.6B's shapes
+    (the interpreter cannot check bf16); findings 4 and 10: the tiles chosen, shared memory,
+    registers and spills of what was compiled."""
+    if DEVICE.type != "cuda":
+        raise Skip("the Triton kernels run on CUDA only (on CPU: the interpreter tests in fp32/fp16, and the "
+                   "ahead-of-time compile for sm_75/86/90 in tests/test_triton_attention.py)")
+    from nano_engine.fast import triton_attention as ta
+
+    gen = torch.Generator().manual_seed(6)
+    heads, kv_heads, head_dim, page = 16, 8, 128, 16
+    for dtype, tol in ((torch.bfloat16, 2e-2), (torch.float32, 1e-4)):
+        name = str(dtype).removeprefix("torch.")
+        q_lens, prefix = [1, 37, 300, 5], [0, 513, 1800, 64]
+        seq_lens = [p + n for p, n in zip(prefix, q_lens)]
+        pages_per = [ (n + page - 1) // page for n in seq_lens]
+        num_pages = sum(pages_per) + 2
+        k_cache = torch.randn(num_pages * page, kv_heads, head_dim, generator=gen).to(DEVICE, dtype)
+        v_cache = torch.randn(num_pages * page, kv_heads, head_dim, generator=gen).to(DEVICE, dtype)
+        perm = torch.randperm(num_pages, generator=gen).tolist()
+        table, start = [], 0
+        for n in pages_per:
+            table.append(perm[start:start + n] + [0] * (max(pages_per) - n))
+            start += n
+        page_table = torch.tensor(table, dtype=torch.int32, device=DEVICE)
+        q = torch.randn(sum(q_lens), heads, head_dim, generator=gen).to(DEVICE, dtype)
+        cu = torch.tensor([0] + list(torch.tensor(q_lens).cumsum(0)), dtype=torch.int32, device=DEVICE)
+        lens = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
+        out = ta.paged_prefill_attention(q, k_cache, v_cache, page_table, cu, lens, page, max_q_len=max(q_lens))
+        worst = 0.0
+        for b, (n, L) in enumerate(zip(q_lens, seq_lens)):
+            slots = torch.tensor([table[b][t // page] * page + t % page for t in range(L)], device=DEVICE)
+            k = k_cache[slots].double().repeat_interleave(heads // kv_heads, 1)
+            v = v_cache[slots].double().repeat_interleave(heads // kv_heads, 1)
+            qb = q[cu[b]:cu[b + 1]].double()
+            scores = torch.einsum("qhd,khd->hqk", qb, k) * head_dim ** -0.5
+            mask = torch.arange(L, device=DEVICE)[None, :] <= torch.arange(L - n, L, device=DEVICE)[:, None]
+            ref = torch.einsum("hqk,khd->qhd", scores.masked_fill(~mask, float("-inf")).softmax(-1), v)
+            worst = max(worst, (out[cu[b]:cu[b + 1]].double() - ref).abs().max().item())
+        figures[f"prefill {name}"] = dict(max_abs_error=worst, tolerance=tol)
+        report.add("h", f"Triton prefill {name} vs float64 reference (Qwen3 shapes)",
+                   f"max |error| {worst:.2e} ({'within' if worst <= tol else 'OVER'} {tol})")
+        arch, max_shared = ta._device_limits(DEVICE)
+        report.add("h", f"prefill tiles {name} on sm_{arch} ({max_shared:,} B shared per block)",
+                   ta.prefill_tiles(dtype, head_dim, heads // kv_heads, arch, max_shared))
+    for kernel in (ta._paged_decode_kernel, ta._paged_prefill_kernel):
+        for compiled in kernel.device_caches[DEVICE.index or 0][0].values():
+            report.add("h", f"{kernel.fn.__name__} compiled", f"shared {compiled.metadata.shared:,} B, "
+                                                              f"{compiled.n_regs} registers, {compiled.n_spills} B spilled")
+
+
+def section_graph_memory(report: Report, figures: dict, path: Path) -> None:
+    """Finding 8: the CUDA graphs' logits, one shared buffer, at Qwen3-0.6B with 256 sequences."""
+    if DEVICE.type != "cuda":
+        raise Skip("CUDA graphs need CUDA")
+    model = Transformer.from_pretrained(path, device=DEVICE, dtype=torch.bfloat16)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated(DEVICE)
+    engine = LLMEngine(model, attention="triton", cuda_graphs=True, num_blocks=256, max_num_seqs=256, progress=False)
+    kv = engine.kv_cache.num_bytes
+    after = torch.cuda.memory_allocated(DEVICE)
+    runner = engine.graph_runner
+    logits = runner.logits.numel() * runner.logits.element_size()
+    figures.update(graphs=len(runner.graphs), logits_mib=logits / 2**20, other_mib=(after - before - kv) / 2**20)
+    report.add("i", f"{len(runner.graphs)} CUDA graphs, max 256 sequences",
+               f"one logits buffer of {logits / 2**20:.0f} MiB (20 per-graph buffers were 635 MiB); "
+               f"{(after - before - kv) / 2**20:.0f} MiB besides the KV cache")
+    del engine, model
+    release()
+
+
+def section_defaults(report: Report, figures: dict, path: Path) -> None:
+    """Issue 40 item 4: what this device gets, and on a T4-class device the fallbacks themselves;
+    finding 16 (float16 on Qwen3) where the real checkpoint is here; finding 14 (cuda:1)."""
+    from nano_engine.devices import GPU_CLASSES, capability_defaults, device_defaults
+    from nano_engine.fast.fast_attention import attention_factory
+
+    for name, cc in GPU_CLASSES.items():
+        d = capability_defaults(cc)
+        report.add("j", f"defaults for {name} (sm_{cc[0]}{cc[1]})", f"{d.dtype}, {d.attention} attention")
+    here = device_defaults(DEVICE)
+    chosen = attention_factory("auto", DEVICE).__name__
+    report.add("j", f"this device ({DEVICE})", f"{here.dtype}, attention='auto' -> {chosen} ({here.why})")
+    if DEVICE.type == "cuda" and torch.cuda.get_device_capability(DEVICE) < (8, 0):
+        model = Transformer.from_pretrained(path, device=DEVICE)
+        ids = random_prompts([300], model.config.vocab_size, seed=3)
+        engines = {name: LLMEngine(model, attention=name, num_blocks=64, progress=False) for name in ("torch", "triton")}
+        outs = {name: e.generate(ids, SamplingParams(max_tokens=16)) for name, e in engines.items()}
+        report.add("j", f"T4 defaults: {model.dtype}; fp32 Triton prefill (smaller tiles) == torch attention",
+                   outs["triton"] == outs["torch"])
+    real = Path("models/Qwen3-0.6B")
+    if DEVICE.type == "cuda" and (real / "config.json").is_file():
+        with torch.inference_mode():
+            fp32 = Transformer.from_pretrained(real, device=DEVICE, dtype=torch.float32)
+            fp16 = Transformer.from_pretrained(real, device=DEVICE, dtype=torch.float16)
+            ids = torch.tensor([random_prompts([200], fp32.config.vocab_size, seed=4)[0]], device=DEVICE)
+            a, b = fp32(ids), fp16(ids).float()
+        report.add("j", "real Qwen3-0.6B in float16 (finding 16)",
+                   f"finite: {bool(torch.isfinite(b).all())}; argmax agrees with fp32 at "
+                   f"{(a.argmax(-1) == b.argmax(-1)).float().mean().item():.1%} of positions")
+    else:
+        report.add("j", "float16 overflow check (finding 16)",
+                   "skipped: needs the real Qwen3-0.6B checkpoint in models/ (random weights cannot show it)")
+    if DEVICE.type == "cuda" and torch.cuda.device_count() > 1:
+        other = torch.device("cuda", 1)
+        model = Transformer.from_pretrained(path, device=other, dtype=torch.bfloat16)
+        engine = LLMEngine(model, attention="triton", cuda_graphs=True, num_blocks=64, max_num_seqs=4, progress=False)
+        out = engine.generate(random_prompts([50, 60], model.config.vocab_size, seed=6), SamplingParams(max_tokens=8))
+        report.add("j", "a model on cuda:1 with Triton and CUDA graphs (finding 14)", f"ok, {len(out)} completions")
+    else:
+        report.add("j", "a model on cuda:1 (finding 14)", "skipped: one GPU on this machine")
+
+
+def section_vllm(report: Report, figures: dict, path: Path, args) -> None:
+    """vLLM on the same random checkpoint and workload, where it is installed (the GPU machine
+    has no network, so usually it is not)."""
+    try:
+        import vllm
+    except ImportError as error:
+        raise Skip(f"vllm is not importable here ({error}); no network to install it") from None
+    from nano_engine.bench import random_workload
+
+    workload = random_workload(args.num_seqs, (args.min_len, args.max_len), (args.min_len, args.max_len),
+                               CONFIG["vocab_size"], seed=0)
+    llm = vllm.LLM(model=str(path), skip_tokenizer_init=True, dtype="bfloat16", enable_prefix_caching=True,
+                   gpu_memory_utilization=0.8)
+    requests = [{"prompt_token_ids": p} for p in workload.prompts]
+    params = [vllm.SamplingParams(max_tokens=n, ignore_eos=True, detokenize=False) for n in workload.output_lens]
+    seconds, _ = timed(lambda: llm.generate(requests, params, use_tqdm=False))
+    rate = sum(workload.output_lens) / seconds
+    figures.update(version=vllm.__version__, tokens_per_s=rate, seconds=seconds)
+    report.add("k", f"vLLM {vllm.__version__} on section e's workload", f"{rate:.0f} output tok/s ({seconds:.1f} s)")
+
+
 # --------------------------------------------------------------------------- main
 
 def main(argv: list[str] | None = None) -> int:
@@ -500,7 +799,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pylib", default=None,
                         help="a folder of test packages (pytest, hypothesis) built for the target Python, "
                              "for a machine that lacks them")
-    parser.add_argument("--budget-s", type=float, default=420, help="skip what would not end within this")
+    parser.add_argument("--budget-s", type=float, default=540, help="skip what would not end within this")
     parser.add_argument("--num-seqs", type=int, default=256)
     parser.add_argument("--min-len", type=int, default=100, help="prompt and output lengths are min-len..max-len")
     parser.add_argument("--max-len", type=int, default=1024)
@@ -511,12 +810,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hf-batch-size", type=int, default=None, help="default: all sequences in one batch")
     parser.add_argument("--torch-min-s", type=float, default=100, help="run the reference engine only with this left")
     parser.add_argument("--hf-min-s", type=float, default=110, help="run transformers only with this left")
-    parser.add_argument("--skip", nargs="*", default=[], choices=list("abcdef"))
+    parser.add_argument("--skip", nargs="*", default=[], choices=list("abcdefghijk"))
     parser.add_argument("--device", default="cuda", help="'cpu' smoke-tests the script (with --small)")
     parser.add_argument("--small", action="store_true", help="the tiny model's shapes instead of Qwen3-0.6B's")
     args = parser.parse_args(argv)
-    global DEVICE, CONFIG
+    global DEVICE, CONFIG, PATHS
     DEVICE = torch.device(args.device)
+    if DEVICE.type != "cuda":
+        PATHS = {"torch": PATHS["torch"]}
     CONFIG = checkpoints.TINY_CONFIG if args.small else checkpoints.QWEN3_0_6B_CONFIG
     if DEVICE.type == "cuda" and not torch.cuda.is_available():
         print("no CUDA device: this script is for the GPU machine (--device cpu --small smoke-tests it)")
@@ -543,11 +844,26 @@ def main(argv: list[str] | None = None) -> int:
 
     report.run_section("b", "checkpoint, and logits vs transformers", checkpoint_and_logits)
     path = checkpoint.get("path")
-    sections = [("c", "time to first token and decode rate", 40, lambda f: section_timing(report, f, path)),
+    small = {}
+
+    def small_checkpoint():
+        if "path" not in small:
+            small["path"] = write_checkpoint_on_device(checkpoints.cache_dir() / "qwen3-tiny-random-gpu-check",
+                                                       checkpoints.TINY_CONFIG)
+        return small["path"]
+
+    sections = [("g", "host tier on CUDA: delayed copies, the stall, stores off the critical path", 60,
+                 lambda f: section_host_tier(report, f, path, small_checkpoint())),
+                ("h", "Triton kernels: bf16 against a reference, tiles, shared memory, spills", 20,
+                 lambda f: section_kernels(report, f)),
+                ("i", "CUDA-graph memory", 20, lambda f: section_graph_memory(report, f, path)),
+                ("j", "device defaults (T4), float16, cuda:1", 10, lambda f: section_defaults(report, f, path)),
+                ("c", "time to first token and decode rate", 40, lambda f: section_timing(report, f, path)),
                 ("d", "reference vs fast paths, shared-prefix experiment", 60,
                  lambda f: section_equivalence(report, f, path, tokenizer_dir)),
                 ("e", "throughput (nano-vllm's workload)", 90, lambda f: section_throughput(report, f, path, args)),
-                ("f", "CUDA tests", 45, lambda f: section_tests(report, f, pylib))]
+                ("f", "CUDA tests", 45, lambda f: section_tests(report, f, pylib)),
+                ("k", "vLLM side by side", 60, lambda f: section_vllm(report, f, path, args))]
     for key, title, min_s, body in sections:
         if key not in args.skip and path is not None:
             report.run_section(key, title, body, min_s)

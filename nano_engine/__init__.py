@@ -6,13 +6,16 @@ engine's two entry points are also here, for scripts that only run the engine
 (``from nano_engine import LLMEngine, SamplingParams``).
 
 The module map, by layer. A module imports only from its own layer and the ones above it; the
-two exceptions happen only when asked for: the engine's imports of ``fast/`` (a fast path) and
-``engine_config``'s of the host tier (``host_kv_tokens=``).
+one exception happens only when asked for: the engine's imports of ``fast/`` (a fast path).
+
+  checks every layer uses
+    checks.py          the one "must be an integer >= N" check every option goes through (require_int)
 
   the model (chapter 00)
     model.py           a hand-written Qwen3 decoder in plain PyTorch, and the reference greedy loop
     weights.py         config.json and safetensors (one file or sharded), checked field by field
     tokenizer.py       Qwen's tokenizer, rebuilt offline
+    devices.py         what a device gets by default: bfloat16 + Triton on sm_80+ GPUs, float32 + PyTorch attention on a T4 / CPU
     checkpoints.py     the model folders the chapters and tests use, by preset name (tiny, medium, trained, full)
     training.py        how the small trained default model was made (deterministic, CPU), and its expansion
     train_corpus.py    its training text: Python's bundled docs and generated questions about inference engines
@@ -29,20 +32,21 @@ two exceptions happen only when asked for: the engine's imports of ``fast/`` (a 
     kv_events.py       what a prefix cache tells the outside world (stored / removed blocks)
     radix.py           SGLang's way: a radix tree over token ids, LRU eviction of leaves
 
-  the engine (chapters 01 to 05)
+  a host-memory tier under the caches (chapter 06; the data structures, no engine import)
+    host_tier.py       HostTier (size and write policy, checked once), host KV pages (pinned on CUDA), the copies between tiers
+    hiradix.py         SGLang's HiCache: radix nodes on device, host or both; two eviction rules; load-back
+    offload.py         vLLM's offloading manager for hashed blocks: store, lookup, load, LRU, CPU events
+
+  the engine (chapters 01 to 06)
     sequence.py        the state of one request as it moves through the engine
     sampling.py        per-request sampling parameters, and the sampler
     cache_manager.py   one interface between scheduler and KV memory: no cache, hashed blocks, radix
+    tiered_cache_manager.py  the hashed and radix managers with a host tier under them, sharing one host side
     scheduler.py       which sequences run in the next step, and how many tokens each computes
     policies.py        admission orders: FCFS, and the cache-aware ones (longest prefix match, DFS weight)
-    engine_config.py   every LLMEngine option checked once, and the one place memory is sized
+    engine_config.py   every LLMEngine option checked once; the pool's blocks, block size and cache kind settled first
     interrupts.py      Ctrl-C held back while a step commits its bookkeeping, delivered right after
     engine.py          LLMEngine: plan, run the model and sample, postprocess, log; continuous batching
-
-  a host-memory tier under the caches (chapter 06)
-    host_tier.py       host KV pages (pinned on CUDA) and the copies between tiers; a bandwidth model
-    hiradix.py         SGLang's HiCache: radix nodes on device, host or both; two eviction rules; load-back
-    offload.py         vLLM's offloading manager for hashed blocks: store, lookup, load, LRU, CPU events
 
   beyond one engine (chapters 04 and 05)
     workloads.py       request streams with shared prefixes, and the hit rate a cache gets on them
@@ -83,6 +87,11 @@ two exceptions happen only when asked for: the engine's imports of ``fast/`` (a 
   tools
     __main__.py        the command line: ``python -m nano_engine generate | hitrate | cluster | bench | events``
     bench.py           throughput of LLMEngine beside transformers' batched generate
+
+Words. A *block* and a *page* are the same thing, a fixed run of token slots of KV memory: the
+engine's options and vLLM's side say ``block_size`` (``engine_config``, ``cache_manager``,
+``prefix_cache``, ``offload``), and only the modules that speak SGLang's or the kernels' word say
+``page_size`` (``radix``, ``hiradix``, ``host_tier``, ``kv_cache``, ``attention``, ``fast/``).
 """
 
 __version__ = "0.1.0"

@@ -34,7 +34,7 @@ def add_generate_command(subparsers) -> None:
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
     p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
-                   help="default: float32 on CPU, bfloat16 on CUDA")
+                   help="default: the device's (float32 on CPU and on a T4, bfloat16 on sm_80+ GPUs)")
     p.add_argument("--cache", default="none", choices=["none", "hashed", "vllm", "radix"],
                    help="prefix cache (vllm: hashed blocks registered when allocated, as vLLM v1)")
     p.add_argument("--raw", action="store_true", help="send the prompt as is, without the chat template")
@@ -439,7 +439,7 @@ def add_bench_command(subparsers) -> None:
     p.add_argument("--model", default="tiny", help="a preset ('tiny', 'medium', 'full' = random Qwen3-0.6B, ...) or a checkpoint folder")
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
-                   help="default: float32 on CPU, bfloat16 on CUDA")
+                   help="default: the device's (float32 on CPU and on a T4, bfloat16 on sm_80+ GPUs)")
     p.add_argument("--num-seqs", type=int, default=None, help="default: per model and device (nano_engine.bench.PRESETS)")
     for name in ("min-len", "max-len", "min-out", "max-out"):
         p.add_argument(f"--{name}", type=int, default=None, help="prompt / output length range (default: preset)")

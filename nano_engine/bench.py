@@ -338,6 +338,7 @@ def _or_preset(value: int | None, preset: int) -> int:
 def run(args: argparse.Namespace) -> int:
     """``python -m nano_engine bench`` (the options are defined in ``nano_engine.__main__``)."""
     from nano_engine.checkpoints import resolve_model
+    from nano_engine.devices import device_defaults
     from nano_engine.model import Transformer
     from nano_engine.weights import load_config
 
@@ -348,7 +349,7 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     on_gpu = device.type == "cuda"
-    dtype = getattr(torch, args.dtype or ("bfloat16" if on_gpu else "float32"))
+    dtype = getattr(torch, args.dtype) if args.dtype else device_defaults(device).dtype
     preset_name = "cuda" if on_gpu else ("tiny" if args.model == "tiny" else "full")
     preset = PRESETS[preset_name]
     num_seqs = _or_preset(args.num_seqs, preset["num_seqs"])

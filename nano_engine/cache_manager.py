@@ -201,11 +201,11 @@ class CacheManager(ABC):
     def _release(self, seq: Sequence) -> None:
         seq.block_table, seq.cache_handle = [], None
 
-    # -- hooks for a host tier (nano_engine.hiradix, nano_engine.offload); no-ops here ------------
+    # -- hooks for a host tier (nano_engine.tiered_cache_manager); no-ops here ---------------------
 
     def bind_kv_cache(self, kv_cache: KVCache, layerwise: bool = True) -> None:  # noqa: B027
-        """The engine's device KV pool, once allocated (a host tier copies to and from it;
-        ``layerwise``: attention calls ``kv_cache.wait_layer`` before reading a layer)."""
+        """The engine's device KV pool, for a manager made without it (a host tier copies to and
+        from it; ``layerwise``: attention calls ``kv_cache.wait_layer`` before reading a layer)."""
 
     def begin_step(self) -> None:  # noqa: B027
         """Start of every engine step, before scheduling (a host tier starts its stores here)."""
@@ -213,6 +213,14 @@ class CacheManager(ABC):
     def before_forward(self) -> None:  # noqa: B027
         """Just before the forward, inside the part of the step a failure rolls back (a host tier
         starts its loads here: the forward is the first reader of loaded pages)."""
+
+    def wait_for_copy(self) -> bool:
+        """A step could schedule nothing: wait for the oldest copy in flight, whose pages stay
+        locked until it is acknowledged. False when there is none (nothing will free up by waiting)."""
+        return False
+
+    def close(self) -> None:  # noqa: B027
+        """The engine is done: wait for every copy still in flight (nothing to do without a tier)."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.num_blocks} blocks x {self.block_size} tokens)"
@@ -413,7 +421,7 @@ class RadixCacheManager(CacheManager):
         return self.trees[namespace]
 
     def _new_tree(self) -> RadixCache:
-        """The tree of a new namespace (``hiradix.TieredRadixCacheManager`` makes two-tier ones)."""
+        """The tree of a new namespace (``tiered_cache_manager.TieredRadixCacheManager`` makes two-tier ones)."""
         return RadixCache(page_size=self.block_size)
 
     def _drop_if_unused(self, namespace: tuple) -> None:
@@ -458,14 +466,20 @@ class RadixCacheManager(CacheManager):
     def _allocate(self, n: int) -> list[int] | None:
         short = n - self.pool.num_free
         if short > 0:
-            for namespace in sorted(self.trees, key=self._last_used.__getitem__):
-                slots = self.trees[namespace].evict(short * self.block_size)
-                self.pool.free(sorted({s // self.block_size for s in slots}))
-                self._drop_if_unused(namespace)
-                short = n - self.pool.num_free
-                if short <= 0:
-                    break
+            self._evict(short * self.block_size)
         return self.pool.allocate(n)
+
+    def _evict(self, num_tokens: int) -> None:
+        """Evict at least ``num_tokens`` tokens of unused cached prefixes (if there are that
+        many), least recently used tree first, and give their pages back to the pool."""
+        freed = 0
+        for namespace in sorted(self.trees, key=self._last_used.__getitem__):
+            slots = self.trees[namespace].evict(num_tokens - freed)
+            self.pool.free(sorted({s // self.block_size for s in slots}))
+            freed += len(slots)
+            self._drop_if_unused(namespace)
+            if freed >= num_tokens:
+                break
 
     def _insert(self, seq: Sequence) -> int:
         """Put the page-aligned computed prefix of ``seq`` in its tree, free the pages it

@@ -49,7 +49,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence as Seq
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -160,13 +160,21 @@ class LLMEngine:
       ``cache=<CacheManager>`` uses the given one.
 
     Scheduling: ``max_num_batched_tokens`` tokens per step at most (None: as many as the pool
-    holds), ``max_num_seqs`` running sequences at most, ``policy`` the admission order ("fcfs", the
+    holds, or with ``gpu_memory_utilization`` the 8192 tokens its profile measured),
+    ``max_num_seqs`` running sequences at most, ``policy`` the admission order ("fcfs", the
     cache-aware "lpm" / "dfs-weight", or an object, see :mod:`nano_engine.policies`).
 
     ``attention`` builds the per-step attention context from the KV cache and the metadata
     (default: the PyTorch reference ``PagedAttention``); by name, ``"torch"`` (the reference),
-    ``"triton"`` (the Triton kernels, CUDA) or ``"auto"`` (Triton on CUDA when installed), see
+    ``"triton"`` (the Triton kernels, CUDA) or ``"auto"`` (Triton on a GPU of compute capability
+    8.0+ when installed, the reference on a T4 and on CPU: ``nano_engine.devices``), see
     ``nano_engine.fast.fast_attention``.
+
+    Host tier (chapter 06): ``host_kv_tokens=N`` (with ``write_policy="write_through"`` |
+    ``"write_through_selective"`` | ``"write_back"``, radix only), or ``host_tier=HostTier(...)``,
+    puts N tokens of host memory under a ``"radix"``, ``"hashed"`` or ``"vllm"`` cache
+    (``nano_engine.tiered_cache_manager``). ``close()`` (or ``with LLMEngine(...) as engine``)
+    waits for the copies still in flight.
 
     GPU options: ``gpu_memory_utilization`` (e.g. 0.9) sizes the KV pool from free GPU memory after a
     profiling forward, like vLLM (``nano_engine.fast.gpu_memory``); ``cuda_graphs=True`` (with Triton
@@ -194,17 +202,39 @@ class LLMEngine:
         self.eos_token_id, self.tokenizer, self.progress = config.eos_token_id, tokenizer, config.progress
         self.attention = self._attention_factory(config.attention)
         kv_dtype = config.kv_dtype or model.dtype
-        self.cache = config.build_cache_manager(model, self.attention, kv_dtype)
-        self.block_size = self.cache.block_size
-        self.kv_cache = KVCache(self.config, self.cache.num_blocks, self.block_size, device=model.device, dtype=kv_dtype)
-        self.cache.bind_kv_cache(self.kv_cache, layerwise=self.attention is PagedAttention and not config.cuda_graphs)
-        self.scheduler = Scheduler(self.cache, config.max_num_batched_tokens, config.max_num_seqs, config.policy)
-        self.graph_runner = self._make_graph_runner() if config.cuda_graphs else None
+        with self._on_device():
+            layout = config.layout(model, self.attention, kv_dtype)      # sizes settled, nothing built yet
+            self.block_size = layout.block_size
+            self.kv_cache = KVCache(self.config, layout.num_blocks, self.block_size, device=model.device,
+                                    dtype=kv_dtype)
+            self.cache = config.build_cache_manager(
+                layout, self.kv_cache, layerwise=self.attention is PagedAttention and not config.cuda_graphs)
+            self.scheduler = Scheduler(self.cache, config.step_token_budget(), config.max_num_seqs, config.policy)
+            self.graph_runner = self._make_graph_runner() if config.cuda_graphs else None
         self.step_log = StepLog(config.step_log_size)
         self.last_metrics: list[Metrics] = []
         self._next_request_id = 0
         self._lock = threading.RLock()
         self._interrupts = InterruptGuard()
+
+    def _on_device(self) -> AbstractContextManager:
+        """The model's CUDA device made current (Triton launches, graph capture and new streams
+        use the current device, which is not ``cuda:1`` unless someone says so); nothing on CPU."""
+        device = self.model.device
+        return torch.cuda.device(device) if device.type == "cuda" else nullcontext()
+
+    def close(self) -> None:
+        """Wait for every host-tier copy still in flight (their pages are the engine's own KV
+        memory: dropping an engine with a copy running would hand that memory out too early).
+        The engine stays usable; ``with LLMEngine(...) as engine:`` calls this at the end."""
+        with self._lock:
+            self.cache.close()
+
+    def __enter__(self) -> LLMEngine:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def _attention_factory(self, attention: str | Callable) -> Callable:
         if isinstance(attention, str):      # "torch" | "triton" | "auto": see nano_engine.fast.fast_attention
@@ -313,7 +343,7 @@ class LLMEngine:
     def step(self) -> list[Sequence]:
         """Plan, forward and sample, postprocess, log (see the module docstring); returns the
         sequences that finished in this step."""
-        with self._lock, self._critical():
+        with self._lock, self._critical(), self._on_device():
             start = time.perf_counter()
             self.cache.begin_step()          # a host tier acknowledges copies and starts its stores
             plan = self._plan()

@@ -33,15 +33,24 @@ every node in the tree has at least one copy. ``check_invariants`` asserts all o
 the device hit, then the host hit right after it, one contiguous prefix (SGLang's
 ``match_prefix`` returning ``device_indices`` and ``host_hit_length``). ``load_back`` copies the
 host part to the device *all or nothing*, only if it is at least ``load_back_threshold`` tokens
-(SGLang: 10), evicting device pages to make room but never the nodes it is loading or their
-ancestors. ``match`` changes the tree (it splits and refreshes, as SGLang's does), so the engine's
-manager looks first with ``peek``, which changes nothing, and walks, loads and locks only once the
-request is admitted (``TieredRadixCacheManager.lock``).
+(SGLang: 10). Device room is found as SGLang 0.5.9's ``HiRadixCache.load_back`` finds it: one try
+with the free pages; if they are short, evict as many tokens as the load needs (the whole load
+size, not only the shortfall) and try once more. If that second try fails too, nothing is loaded
+and **the evictions stay**: the evicted nodes are gone from the device (demoted to the host if
+they had a copy there). The eviction never takes the nodes being loaded or their ancestors (they
+are locked and pinned meanwhile). ``match`` changes the tree (it splits and refreshes, as SGLang's
+does), so the engine's manager looks first with ``peek``, which changes nothing, and checks that
+the load and the request fit before it walks, loads and locks
+(``tiered_cache_manager.TieredRadixCacheManager``): there, the second try cannot fail, so an
+admitted request never pays for evictions it does not use.
 
 **Copies in flight.** A node whose copy (store or load) has been submitted but not acknowledged is
 locked (``inc_lock_ref``), so no eviction can take its device pages, and its host copy is not
-readable yet (``node.copy.done`` is False). ``hiradix.TieredRadixCacheManager`` runs the copies at
-fixed points of an engine step (``host_tier.CopyEngine``); on CPU they are synchronous.
+readable yet (``node.copy.done`` is False). ``tiered_cache_manager.TieredRadixCacheManager`` runs
+the copies at fixed points of an engine step (``host_tier.CopyEngine``); on CPU they are synchronous.
+
+This module is the data structure only: it imports no engine module. The write policy and the
+load-back threshold come in one :class:`~nano_engine.host_tier.HostTier` (``tier=``), checked there.
 
 Fair simplifications: one device, so no tensor-parallel agreement on acknowledgements (SGLang
 all-reduces the ack count with MIN so every rank changes its tree identically); no third (storage)
@@ -51,17 +60,29 @@ tier; LRU only.
 from __future__ import annotations
 
 import heapq
+import importlib
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from nano_engine.cache_manager import PrefixMatch, RadixCacheManager, RadixHandle
-from nano_engine.host_tier import WRITE_POLICIES, BandwidthModel, Copy, CopyEngine, HostKVPool
-from nano_engine.kv_cache import KVCache
+from nano_engine.checks import require_int
+from nano_engine.host_tier import LOAD_BACK_THRESHOLD, Copy, CopyEngine, HostKVPool, HostTier, as_host_tier
 from nano_engine.radix import Node, RadixCache, Tokens, _as_tokens
-from nano_engine.sequence import CacheHandle, Sequence
 
-LOAD_BACK_THRESHOLD = 10
-"""Shortest host hit worth loading, in tokens (SGLang 0.5.9 ``HiRadixCache.load_back_threshold``)."""
+__all__ = ["LOAD_BACK_THRESHOLD", "HiNode", "HiRadixCache", "TierMatch", "TierPeek"]
+
+_MOVED = {"TieredRadixCacheManager": "nano_engine.tiered_cache_manager",
+          "TierHandle": "nano_engine.tiered_cache_manager"}
+
+
+def __getattr__(name: str):
+    # The engine's manager moved to tiered_cache_manager.py; the old import works for one release.
+    # (Looked up by name, so that this data structure does not import the engine layer.)
+    if name in _MOVED:
+        warnings.warn(f"nano_engine.hiradix.{name} moved to {_MOVED[name]}; import it from there",
+                      DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(_MOVED[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class HiNode(Node):
@@ -141,26 +162,29 @@ class HiRadixCache(RadixCache):
     """A :class:`~nano_engine.radix.RadixCache` over two tiers (see the module docstring).
 
     ``host``: the :class:`~nano_engine.host_tier.HostKVPool` for host copies; ``copies``: the
-    :class:`~nano_engine.host_tier.CopyEngine` that moves them; ``write_policy``: one of
-    ``host_tier.WRITE_POLICIES``; ``evict_host``: how to find host room when the pool is short
-    (default: this tree's own ``evict_host``; a manager with several trees passes its own).
+    :class:`~nano_engine.host_tier.CopyEngine` that moves them; ``tier``: the
+    :class:`~nano_engine.host_tier.HostTier` whose write policy and load-back threshold apply
+    (``write_policy=`` / ``load_back_threshold=`` are shorthand for one, sized like ``host``);
+    ``make_host_room``: how to find host room when the pool is short (default: this tree's own
+    ``evict_host``; a manager with several trees passes its own).
 
     Counters: ``num_backups`` (nodes backed up), ``num_backup_skipped`` (no host room),
     ``num_backup_failed`` (a write-back copy raised: the node was dropped instead),
     ``num_demoted`` (device copies dropped, host copy kept), ``num_loaded_tokens``.
     """
 
-    def __init__(self, page_size: int = 1, *, host: HostKVPool, copies: CopyEngine,
-                 write_policy: str = "write_through", load_back_threshold: int = LOAD_BACK_THRESHOLD,
+    def __init__(self, page_size: int = 1, *, host: HostKVPool, copies: CopyEngine, tier: HostTier | None = None,
+                 write_policy: str | None = None, load_back_threshold: int | None = None,
                  make_host_room: Callable[[int], None] | None = None, **kwargs) -> None:
-        if write_policy not in WRITE_POLICIES:
-            raise ValueError(f"write_policy must be one of {WRITE_POLICIES}, got {write_policy!r}")
+        tier = as_host_tier(host.num_slots if tier is None else tier, write_policy=write_policy,
+                            load_back_threshold=load_back_threshold)
         if host.page_size != page_size:
             raise ValueError(f"the host pool's pages ({host.page_size} tokens) must be the tree's ({page_size})")
         super().__init__(page_size, **kwargs)
-        self.host, self.copies, self.write_policy = host, copies, write_policy
-        self.write_through_threshold = 2 if write_policy == "write_through_selective" else 1
-        self.load_back_threshold = load_back_threshold
+        self.host, self.copies, self.tier = host, copies, tier
+        self.write_policy = tier.write_policy
+        self.write_through_threshold = tier.store_threshold           # None: write-back
+        self.load_back_threshold = tier.load_back_threshold
         self.make_host_room = make_host_room or self.evict_host
         self.num_backups = self.num_backup_skipped = self.num_backup_failed = 0
         self.num_demoted = self.num_loaded_tokens = 0
@@ -278,7 +302,7 @@ class HiRadixCache(RadixCache):
             self.on_event(("insert", {"node": path[-1].id if matched < len(tokens) else None,
                                       "parent": parent.id, "key": list(tokens[matched:]),
                                       "slots": slots[matched:], "already_cached": on_device}))
-        if self.write_policy != "write_back":
+        if self.write_through_threshold is not None:
             for node in path[1:]:
                 self._inc_hit_count(node)   # type: ignore[arg-type]
         self.last_match_path = path
@@ -288,6 +312,7 @@ class HiRadixCache(RadixCache):
         if node.host_value is not None:
             return
         node.hit_count += 1
+        assert self.write_through_threshold is not None
         if node.hit_count >= self.write_through_threshold:
             self.write_backup(node)
 
@@ -336,14 +361,17 @@ class HiRadixCache(RadixCache):
         self._emit("backup", node, medium="CPU")
         return True
 
-    def load_back(self, m: TierMatch, allocate: Callable[[int], list[int] | None]) -> int:
+    def load_back(self, m: TierMatch, allocate: Callable[[int], list[int] | None],
+                  evict: Callable[[int], None] | None = None) -> int:
         """Copy the host part of ``m`` to the device: all of it or nothing. Returns the tokens
         loaded (0: shorter than ``load_back_threshold``, or no device room).
 
-        ``allocate(num_pages)`` returns device pages (evicting device leaves if it must) or None.
-        While it runs, the device path above the hit is locked and the host nodes are pinned, so
-        neither eviction can take what is being loaded. The nodes are on the device from here on
-        (locked until the copy is acknowledged); the copy itself is submitted to ``copies``."""
+        Room as SGLang 0.5.9's ``load_back`` finds it: ``allocate(num_pages)`` gives device pages
+        or None; then ``evict(num_tokens)`` frees *the whole load size* (the caller evicts device
+        leaves into its pool) and ``allocate`` tries once more; if that fails, nothing is loaded
+        and the evictions stay. (Without ``evict``, one try: ``allocate`` makes its own room.)
+        The hit's device path is locked and its host nodes pinned meanwhile, so no eviction takes
+        them. Loaded nodes are on the device, locked until their copy (submitted) is acknowledged."""
         if m.host_tokens == 0 or m.host_tokens < self.load_back_threshold:
             return 0
         nodes = m.host_nodes()
@@ -352,6 +380,9 @@ class HiRadixCache(RadixCache):
         self.inc_lock_ref(m.device_node)
         try:
             pages = allocate(m.host_tokens // self.page_size)
+            if pages is None and evict is not None:
+                evict(m.host_tokens)              # SGLang: evict(num_tokens=len(host_indices)), then retry
+                pages = allocate(m.host_tokens // self.page_size)
         finally:
             self.dec_lock_ref(m.device_node)
             for n in nodes:
@@ -384,8 +415,7 @@ class HiRadixCache(RadixCache):
     def evict(self, num_tokens: int) -> list[int]:
         """Free at least ``num_tokens`` device slots from device leaves, least recently used
         first; returns the freed slots. A backed-up leaf keeps its node (now host-only)."""
-        if num_tokens < 0:
-            raise ValueError(f"evict: num_tokens must be >= 0, got {num_tokens}")
+        require_int("num_tokens", num_tokens, minimum=0)
         heap = [(n.last_access, n.id, n) for n in self._hinodes() if self._device_leaf(n)]
         heapq.heapify(heap)
         freed: list[int] = []
@@ -393,7 +423,7 @@ class HiRadixCache(RadixCache):
         while heap and len(freed) < num_tokens:
             _, _, node = heapq.heappop(heap)
             parent = node.parent_in_tree()
-            if not node.backed_up and self.write_policy == "write_back":
+            if not node.backed_up and self.write_through_threshold is None:      # write-back
                 try:
                     self.write_backup(node, wait=True)
                 except Exception:      # the copy failed: drop the node as a tree without a tier would
@@ -508,192 +538,3 @@ class HiRadixCache(RadixCache):
                         f"node {node.id}'s host pages are not allocated")
                 require(hv == [p + i for p in pages for i in range(self.page_size)] and
                         all(p % self.page_size == 0 for p in pages), f"node {node.id}'s host pages are not aligned")
-
-
-@dataclass
-class TierHandle(CacheHandle):
-    """What ``TieredRadixCacheManager.match`` found, before anything is touched: the namespace, the
-    tokens looked up, the device hit, the host tokens ``lock`` will load, and the device hit's
-    unlocked tokens (``can_admit`` does not count them as room)."""
-
-    namespace: tuple
-    max_tokens: int
-    device_tokens: int
-    load_tokens: int
-    unlocked_tokens: int
-
-
-class TieredRadixCacheManager(RadixCacheManager):
-    """The radix cache manager with a host tier: every tree is a :class:`HiRadixCache` sharing one
-    host pool and one copy engine.
-
-    * ``match``: one walk that changes nothing (``HiRadixCache.peek``): the device hit, plus the
-      host hit when it is at least ``load_back_threshold`` tokens long (it will be loaded back);
-    * ``can_admit``: exact. The pages to load and to compute must fit in the free pages plus the
-      evictable ones, less the unlocked part of the hit itself (the lock protects it). So a request
-      that does not fit leaves both tiers exactly as they were: nothing split, loaded, evicted,
-      refreshed;
-    * ``lock``: the request is admitted. Now the walk splits and refreshes (``HiRadixCache.match``),
-      the host hit is loaded back all or nothing (``load_back``: device pages allocated now,
-      evicting device leaves but never the hit itself; the copy runs before the next forward),
-      and the request locks the whole prefix. If the load gets no room after all, the request
-      locks the device hit alone; if it raises, the request holds nothing. The hit counters count
-      here, once per admitted request.
-
-    SGLang 0.5.9 splits the same way: ``Req.init_next_round_input``
-    (``python/sglang/srt/managers/schedule_batch.py``) only calls ``match_prefix``, which returns
-    ``host_hit_length``; ``PrefillAdder.add_one_req``
-    (``python/sglang/srt/managers/schedule_policy.py``) calls ``HiRadixCache.init_load_back`` (then
-    ``load_back``) under the request's lock once its budget checks pass;
-    ``Scheduler._get_new_batch_prefill_raw`` (``python/sglang/srt/managers/scheduler.py``) starts
-    the copies when the batch is built (``ready_to_load_host_cache``). Here the admission check runs before the
-    load, so a request refused after loading cannot leave loaded pages behind (in SGLang it can:
-    they stay in the tree as a cached prefix).
-    * ``begin_step`` (start of every engine step): acknowledge finished copies, start the queued
-      stores (vLLM defers its stores to the start of the next step in the same way);
-    * ``before_forward``: start the queued loads (CPU: synchronous; CUDA: on the copy stream,
-      attention waiting layer by layer);
-    * ``check_no_leaks`` waits for every copy first, then checks both pools.
-
-    Metrics: ``num_device_hit_tokens``, ``num_host_hit_tokens`` (loaded back), and the copy
-    engine's ``bytes_loaded`` / ``bytes_written`` (``tier_stats()``).
-    """
-
-    name = "radix"
-
-    def __init__(self, num_blocks: int, block_size: int, host_tokens: int, *,
-                 write_policy: str = "write_through", load_back_threshold: int = LOAD_BACK_THRESHOLD,
-                 bandwidth: BandwidthModel | None = None, bytes_per_token: int | None = None) -> None:
-        if write_policy not in WRITE_POLICIES:
-            raise ValueError(f"write_policy must be one of {WRITE_POLICIES}, got {write_policy!r}")
-        if not isinstance(host_tokens, int) or host_tokens < block_size:
-            raise ValueError(f"host_kv_tokens must be an integer of at least one block ({block_size}), "
-                             f"got {host_tokens!r}")
-        super().__init__(num_blocks, block_size)
-        self.write_policy, self.load_back_threshold = write_policy, load_back_threshold
-        self.host = HostKVPool(host_tokens // block_size, block_size, bytes_per_token=bytes_per_token)
-        self.copies = CopyEngine(None, self.host, bandwidth)
-        self.num_device_hit_tokens = self.num_host_hit_tokens = 0
-
-    def bind_kv_cache(self, kv_cache: KVCache, layerwise: bool = True) -> None:
-        """Give the tier real tensors: a host pool shaped like ``kv_cache`` and a copy engine
-        between the two (called by the engine once it has allocated the device pool)."""
-        if self.copies.in_flight() or any(t.total_size() or t.root.children for t in self.trees.values()):
-            raise ValueError("bind the KV cache before anything is cached")
-        self.host = HostKVPool(self.host.num_pages, self.block_size, like=kv_cache)
-        self.copies = CopyEngine(kv_cache, self.host, self.copies.bandwidth, layerwise=layerwise)
-        for tree in self.trees.values():
-            assert isinstance(tree, HiRadixCache)
-            tree.host, tree.copies = self.host, self.copies
-
-    def _new_tree(self) -> RadixCache:
-        return HiRadixCache(self.block_size, host=self.host, copies=self.copies, write_policy=self.write_policy,
-                            load_back_threshold=self.load_back_threshold, make_host_room=self._make_host_room)
-
-    def _make_host_room(self, num_tokens: int) -> None:
-        """Host eviction across trees, least recently used tree first."""
-        for namespace in sorted(self.trees, key=self._last_used.__getitem__):
-            tree = self.trees[namespace]
-            assert isinstance(tree, HiRadixCache)
-            tree.evict_host(num_tokens - self.host.pages.num_free * self.block_size)
-            if self.host.pages.num_free * self.block_size >= num_tokens:
-                return
-
-    def _peek_tiers(self, seq: Sequence, max_tokens: int) -> tuple[TierPeek, int]:
-        """The tree's answer, changing nothing, and the host tokens a lock would load."""
-        tree = self.trees.get(self._namespace(seq))
-        if tree is None:
-            return TierPeek([], 0, 0), 0
-        assert isinstance(tree, HiRadixCache)
-        p = tree.peek(seq.token_ids[:max_tokens])
-        return p, p.host_tokens if p.host_tokens >= max(1, self.load_back_threshold) else 0
-
-    def _match(self, seq: Sequence, max_tokens: int) -> PrefixMatch:
-        """The device pages of the hit; ``num_tokens`` also counts the host part ``lock`` loads."""
-        p, load = self._peek_tiers(seq, max_tokens)
-        pages = [s // self.block_size for s in p.device_slots[::self.block_size]]
-        handle = TierHandle(self._namespace(seq), max_tokens, len(p.device_slots), load, p.unlocked_tokens)
-        return PrefixMatch(pages, len(p.device_slots) + load, handle)
-
-    def _peek(self, seq: Sequence, max_tokens: int) -> int:
-        p, load = self._peek_tiers(seq, max_tokens)
-        return len(p.device_slots) + load
-
-    def can_admit(self, match: PrefixMatch, num_tokens: int) -> bool:
-        """Would ``lock`` (with its load) and ``allocate(num_tokens)`` fit? Exact: every unlocked
-        device leaf can be evicted, and nothing else can."""
-        h = match.handle
-        if not isinstance(h, TierHandle):
-            raise ValueError("can_admit takes a match made by this manager's match()")
-        bs = self.block_size
-        need = self.blocks_needed(num_tokens) - h.device_tokens // bs      # pages to load + to compute
-        evictable = sum(t.evictable_size for t in self.trees.values()) - h.unlocked_tokens
-        return need <= self.pool.num_free + evictable // bs
-
-    def lock(self, seq: Sequence, match: PrefixMatch) -> None:
-        """Admit ``seq`` on ``match``: walk (split, refresh), load the host part back, lock.
-
-        ``match`` is updated to what was locked (its pages, tokens and handle), which is less than
-        planned only if the load found no room. If anything raises, ``seq`` holds nothing."""
-        h = match.handle
-        if not isinstance(h, TierHandle):
-            raise ValueError("lock takes a match made by this manager's match()")
-        if seq.block_table:
-            raise ValueError(f"request {seq.request_id} already holds {len(seq.block_table)} blocks")
-        tree = self._tree(h.namespace)
-        assert isinstance(tree, HiRadixCache)
-        m = tree.match(seq.token_ids[:h.max_tokens])
-        loaded = tree.load_back(m, self._allocate) if h.load_tokens and m.host_tokens else 0
-        slots, node = list(m.device_slots), m.device_node
-        if loaded:        # the loaded nodes are on the device now (locked until their copy is acknowledged)
-            for n in m.host_nodes():
-                slots += n.value
-            node = m.host_node
-        tree.inc_lock_ref(node)
-        self._users[h.namespace] += 1
-        self.num_queries += h.max_tokens
-        self.num_hits += len(slots)
-        self.num_device_hit_tokens += m.device_tokens
-        self.num_host_hit_tokens += loaded
-        pages = [s // self.block_size for s in slots[::self.block_size]]
-        match.blocks, match.num_tokens = pages, len(slots)
-        match.handle = RadixHandle(node, len(slots), h.namespace)
-        seq.block_table = list(pages)
-        seq.num_computed_tokens = seq.num_cached_tokens = len(slots)
-        seq.cache_handle = match.handle
-
-    def _drop_if_unused(self, namespace: tuple) -> None:
-        tree = self.trees.get(namespace)
-        if isinstance(tree, HiRadixCache) and tree.host_size:
-            return            # its host copies are still worth something
-        super()._drop_if_unused(namespace)
-
-    # -- the copies' fixed points in a step -----------------------------------------------------
-
-    def begin_step(self) -> None:
-        self.copies.poll()
-        self.copies.start_stores()
-        self.copies.poll()
-
-    def before_forward(self) -> None:
-        self.copies.start_loads()
-
-    def tier_stats(self) -> dict[str, float]:
-        host_tokens = sum(t.host_size for t in self.trees.values() if isinstance(t, HiRadixCache))
-        return {"device_hit_tokens": self.num_device_hit_tokens, "host_hit_tokens": self.num_host_hit_tokens,
-                "query_tokens": self.num_queries, "bytes_loaded": self.copies.bytes_loaded,
-                "bytes_written": self.copies.bytes_written, "model_transfer_s": self.copies.model_seconds,
-                "host_tokens": host_tokens, "host_capacity_tokens": self.host.num_slots}
-
-    def check_no_leaks(self) -> None:
-        """Wait for every copy, then: the device checks of ``RadixCacheManager`` and the host pool
-        holding exactly the trees' host copies."""
-        self.copies.drain()
-        super().check_no_leaks()
-        held = sorted(p for p, c in enumerate(self.host.pages.ref_cnt) if c)
-        in_trees = sorted(s // self.block_size for t in self.trees.values() for n in t.nodes()
-                          if isinstance(n, HiNode) and n.host_value is not None for s in n.host_value[::self.block_size])
-        assert held == in_trees, (f"host pages held outside the trees: {sorted(set(held) - set(in_trees))}; "
-                                  f"tree host pages not held: {sorted(set(in_trees) - set(held))}")
-        assert all(n.host_ref == 0 for t in self.trees.values() for n in t.nodes() if isinstance(n, HiNode)), \
-            "a host copy is still pinned"

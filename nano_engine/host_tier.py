@@ -6,20 +6,30 @@ down, each as an opt-in: SGLang's HiCache (``python/sglang/srt/mem_cache/hiradix
 0.5.9; ``--enable-hierarchical-cache``) under its radix tree, vLLM's native offloading
 (``vllm/v1/kv_offload/``, release 0.33.0; ``--kv-offloading-size``) under its hashed blocks.
 This module holds what the two caches share (:mod:`nano_engine.hiradix` and
-:mod:`nano_engine.offload` put a tree and a hash table on top):
+:mod:`nano_engine.offload` put a tree and a hash table on top; :mod:`nano_engine.tiered_cache_manager`
+puts them under the engine):
 
+* :class:`HostTier`: the tier's settings as one value, checked once: its size in tokens, the
+  write policy (and the store threshold it implies), the shortest host hit worth loading back, and
+  the bandwidth model. ``LLMEngine(host_kv_tokens=..., write_policy=...)`` becomes one.
 * :class:`HostKVPool`: pages of host memory with the device pool's layout (per layer K and V
   ``[slots, kv_heads, head_dim]``, layer first as SGLang 0.5.9's default ``layer_first``), page
-  ids from a :class:`~nano_engine.paged.BlockPool`. On CUDA the tensors are *pinned* (page-locked),
-  which is what lets a copy run as DMA while the GPU computes; on CPU they are ordinary tensors.
+  ids from a :class:`~nano_engine.paged.BlockPool`. On CUDA the memory is *pinned* (page-locked,
+  registered with ``cudaHostRegister``, as ``alloc_with_host_register`` in SGLang 0.5.9's
+  ``python/sglang/srt/mem_cache/memory_pool_host.py`` does), which is what lets a copy run as DMA
+  while the GPU computes.
 * :class:`Copy` and :class:`CopyEngine`: a copy is *submitted* (queued), *started*, then
   *acknowledged*. Until the acknowledgement the caller keeps the source locked and the destination
   unreadable (SGLang: ``inc_lock_ref`` until ``writing_check``; vLLM: a CPU block's ``ref_cnt`` is
-  -1 until ``complete_store``). On CUDA a copy runs on the engine's own stream and is acknowledged
-  when its event has fired; loads record one event per layer, so attention for layer *i* can start
-  as soon as layer *i* has arrived (``KVCache.wait_layer``). **On CPU a copy is synchronous**:
-  ``start`` does the whole copy before it returns, nothing overlaps, and every "transfer time" this
-  package shows for CPU runs comes from :class:`BandwidthModel`, labelled as a model.
+  -1 until ``complete_store``). On CUDA, loads and stores run on two streams of their own
+  (:class:`CudaStreams`; SGLang's ``HiCacheController`` has a ``load_stream`` and a
+  ``write_stream``, ``python/sglang/srt/managers/cache_controller.py``), so a load never queues
+  behind a store. A copy is acknowledged when its event
+  has fired. Loads record one event per layer, so attention for layer *i* can start as soon as
+  layer *i* has arrived (``KVCache.wait_layer``); a forward waits for the loads of its own step
+  only, never for the stores. **On CPU a copy is synchronous**: ``start`` does the whole copy
+  before it returns, nothing overlaps, and every "transfer time" this package shows for CPU runs
+  comes from :class:`BandwidthModel`, labelled as a model.
 * A copy that raises stays queued (nothing was acknowledged) and is started again next time: the
   source is still locked, so the same bytes are copied again. The caches rely on that: a failed
   load never lets anything read a half-written page, because the destination is read only by a
@@ -28,19 +38,26 @@ This module holds what the two caches share (:mod:`nano_engine.hiradix` and
 Without a KV cache bound (``CopyEngine(None, host)``) copies move no data and only count bytes:
 what the trace replays of ``python -m nano_engine hitrate --host-capacity`` use.
 
-Not run on a GPU in this project's tests: the CUDA branches (pinned memory, the copy stream,
-per-layer events) are written device-agnostically and exercised on CPU only through their
-synchronous fallback.
+No GPU runs this project's tests. The CUDA branch (two streams, events, copies that finish later)
+is tested on CPU by handing the copy engine a stand-in whose streams *defer* every copy until a
+wait, a synchronize or a later event query (``tests/copy_streams.py``): outputs must still equal
+the reference, and no attention may read a slot a queued load has not written, nor overwrite one a
+queued store has not read. ``benchmarks/gpu_check.py`` runs the same scenarios on a real GPU.
 """
 
 from __future__ import annotations
 
+import functools
+import os
+import weakref
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
+from nano_engine.checks import require, require_int
 from nano_engine.kv_cache import KVCache
 from nano_engine.paged import BlockPool
 
@@ -55,8 +72,36 @@ WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
   ``store_threshold``): fewer bytes moved, only data used twice is kept.
 * ``write_back``: only when the device evicts it. Closer to *exclusive* (about host + device
   tokens), fewest bytes for data that is never evicted, but the copy sits on the eviction path:
-  the eviction waits for it.
+  the eviction waits for it. The radix tree only: vLLM's offloading has no write-back.
 """
+
+STORE_THRESHOLDS: dict[str, int | None] = {"write_through": 1, "write_through_selective": 2, "write_back": None}
+"""The write policy as the number of times a page must be offered (inserted, or used by a request)
+before it is stored: SGLang's ``write_through_threshold``, vLLM's ``store_threshold``. None: only at
+eviction (write-back)."""
+
+LOAD_BACK_THRESHOLD = 10
+"""Shortest host hit worth loading, in tokens (SGLang 0.5.9 ``HiRadixCache.load_back_threshold``)."""
+
+BOOKKEEPING_BYTES_PER_PAGE = 64
+"""What a host page costs without tensors (its entries in the page allocator's lists), for the
+memory check of a pool that only counts (trace replays)."""
+
+
+def host_memory_bytes() -> int:
+    """This machine's physical memory in bytes (2**50 where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 2**50
+
+
+def check_host_memory(num_bytes: int, what: str) -> None:
+    """ValueError, before anything is allocated, if ``what`` would take more than this machine's memory."""
+    have = host_memory_bytes()
+    if num_bytes > have:
+        raise ValueError(f"{what} needs {num_bytes / 2**30:,.1f} GiB of host memory, but this machine has "
+                         f"{have / 2**30:,.1f} GiB")
 
 
 @dataclass
@@ -74,30 +119,110 @@ class BandwidthModel:
         return self.latency_s + num_bytes / self.bytes_per_s if num_bytes else 0.0
 
 
+@dataclass(frozen=True)
+class HostTier:
+    """A host-memory tier's settings, checked once, when the value is made.
+
+    ``tokens``: its size (``LLMEngine(host_kv_tokens=...)``); ``write_policy``: one of
+    :data:`WRITE_POLICIES`; ``load_back_threshold``: the shortest host hit worth copying back
+    (radix only; SGLang: 10 tokens); ``bandwidth``: the transfer-time model of the figures.
+
+    >>> HostTier(4096, "write_through_selective").store_threshold
+    2
+    >>> HostTier(4096, "write_back").for_cache("hashed")
+    Traceback (most recent call last):
+    ...
+    ValueError: write_policy='write_back' needs cache='radix': vLLM's offloading (the host tier of the hashed cache) has no write-back; use 'write_through' or 'write_through_selective'
+    """
+
+    tokens: int
+    write_policy: str = "write_through"
+    load_back_threshold: int = LOAD_BACK_THRESHOLD
+    bandwidth: BandwidthModel | None = None
+
+    def __post_init__(self) -> None:
+        require_int("host_kv_tokens", self.tokens)
+        if self.tokens > host_memory_bytes():     # not even one byte per token: a size in bytes, surely
+            raise ValueError(f"host_kv_tokens must be a number of tokens this machine can hold, got {self.tokens!r}, "
+                             f"more than its {host_memory_bytes():,} bytes of memory")
+        require(self.write_policy in WRITE_POLICIES, "write_policy", f"one of {WRITE_POLICIES}", self.write_policy)
+        require_int("load_back_threshold", self.load_back_threshold, minimum=0)
+        require(self.bandwidth is None or isinstance(self.bandwidth, BandwidthModel), "bandwidth",
+                "None or a BandwidthModel", self.bandwidth)
+
+    @property
+    def store_threshold(self) -> int | None:
+        """Offers before a page is stored (1: write-through, 2: selective); None: at eviction only."""
+        return STORE_THRESHOLDS[self.write_policy]
+
+    def for_cache(self, cache: str) -> HostTier:
+        """This tier, if it can sit under ``cache`` ("radix", "hashed" or "vllm")."""
+        if cache in ("hashed", "vllm") and self.store_threshold is None:
+            raise ValueError("write_policy='write_back' needs cache='radix': vLLM's offloading (the host tier of the "
+                             "hashed cache) has no write-back; use 'write_through' or 'write_through_selective'")
+        return self
+
+    def num_pages(self, page_size: int) -> int:
+        """Whole pages of ``page_size`` tokens in the tier (at least one)."""
+        if self.tokens < page_size:
+            raise ValueError(f"host_kv_tokens must be at least one block ({page_size} tokens), got {self.tokens}")
+        return self.tokens // page_size
+
+    def check_memory(self, bytes_per_token: int) -> None:
+        """ValueError, before anything is allocated, if the tier's KV does not fit in this machine's memory."""
+        check_host_memory(self.tokens * bytes_per_token,
+                          f"host_kv_tokens={self.tokens:,} ({bytes_per_token:,} bytes of KV per token)")
+
+
+def as_host_tier(tier: HostTier | int, *, write_policy: str | None = None, load_back_threshold: int | None = None,
+                 bandwidth: BandwidthModel | None = None) -> HostTier:
+    """``tier`` itself, or a :class:`HostTier` of ``tier`` tokens with the shorthand keywords: the
+    one place the older keyword arguments (``host_tokens, write_policy=...``) become a value."""
+    if isinstance(tier, HostTier):
+        if write_policy is not None or load_back_threshold is not None or bandwidth is not None:
+            raise ValueError("a HostTier carries its write policy, load-back threshold and bandwidth: "
+                             "drop write_policy= / load_back_threshold= / bandwidth= beside it")
+        return tier
+    return HostTier(tier, "write_through" if write_policy is None else write_policy,
+                    LOAD_BACK_THRESHOLD if load_back_threshold is None else load_back_threshold, bandwidth)
+
+
 class HostKVPool:
     """``num_pages`` pages of ``page_size`` token slots of KV in host memory.
 
     ``like``: the device :class:`~nano_engine.kv_cache.KVCache` whose layout to copy (None: no
-    tensors, page bookkeeping only, for trace replays). ``bytes_per_token`` then defaults to
-    Qwen3-0.6B's 112 KiB in bfloat16, the figure the chapters use."""
+    tensors, page bookkeeping only, for trace replays; :meth:`attach` adds them later, once).
+    ``bytes_per_token`` then defaults to Qwen3-0.6B's 112 KiB in bfloat16, the figure the chapters
+    use. A pool larger than this machine's memory is refused before anything is allocated."""
 
     def __init__(self, num_pages: int, page_size: int, like: KVCache | None = None,
                  bytes_per_token: int | None = None) -> None:
-        if not isinstance(num_pages, int) or num_pages < 1:
-            raise ValueError(f"the host pool needs at least one page, got num_pages={num_pages!r}")
+        require_int("num_pages", num_pages)
+        require_int("page_size", page_size)
+        check_host_memory(num_pages * BOOKKEEPING_BYTES_PER_PAGE, f"a host pool of {num_pages:,} pages")
         self.num_pages, self.page_size = num_pages, page_size
-        self.pages = BlockPool(num_pages)
         self.k: list[torch.Tensor] = []
         self.v: list[torch.Tensor] = []
         self.pinned = False
-        if like is not None:
-            self.pinned = like.device.type == "cuda"
-            shape = (num_pages * page_size, like.config.num_key_value_heads, like.config.head_dim)
-            for _ in range(like.config.num_hidden_layers):
-                self.k.append(torch.zeros(shape, dtype=like.dtype, pin_memory=self.pinned))
-                self.v.append(torch.zeros(shape, dtype=like.dtype, pin_memory=self.pinned))
-            bytes_per_token = like.bytes_per_token
         self.bytes_per_token = bytes_per_token if bytes_per_token is not None else 2 * 28 * 8 * 128 * 2
+        if like is not None:
+            self.attach(like)
+        self.pages = BlockPool(num_pages)
+
+    def attach(self, like: KVCache) -> None:
+        """Allocate the tensors, shaped like the device cache ``like`` (once; pinned on CUDA)."""
+        if self.k:
+            raise ValueError("this host pool has its tensors already")
+        config = like.config
+        check_host_memory(self.num_slots * like.bytes_per_token,
+                          f"a host pool of {self.num_slots:,} tokens ({like.bytes_per_token:,} bytes per token)")
+        shape = (2, config.num_hidden_layers, self.num_slots, config.num_key_value_heads, config.head_dim)
+        buffer = torch.zeros(shape, dtype=like.dtype)          # one allocation: no per-tensor rounding
+        self.pinned = like.device.type == "cuda"
+        if self.pinned:
+            _register_pinned(self, buffer)
+        self.k, self.v = list(buffer[0].unbind(0)), list(buffer[1].unbind(0))
+        self.bytes_per_token = like.bytes_per_token
 
     @property
     def num_slots(self) -> int:
@@ -118,6 +243,22 @@ class HostKVPool:
     def __repr__(self) -> str:
         where = "pinned host" if self.pinned else ("host" if self.k else "no tensors")
         return f"HostKVPool({self.num_pages} pages x {self.page_size} tokens, {where})"
+
+
+def _register_pinned(owner: HostKVPool, buffer: torch.Tensor) -> None:
+    """Page-lock ``buffer``'s memory for DMA, and unlock it when ``owner`` (whose tensors are views
+    of it, so the memory outlives it) is collected.
+
+    ``torch.zeros(..., pin_memory=True)`` goes through torch's caching host allocator, which rounds
+    every request up to a power of two and keeps freed blocks cached: a 100k-token tier of
+    Qwen3-0.6B took 256 MiB per tensor instead of 195 MiB, and a dropped engine gave nothing back.
+    ``cudaHostRegister`` on ordinary memory pins exactly what was allocated."""
+    cudart = torch.cuda.cudart()
+    ptr, nbytes = buffer.data_ptr(), buffer.numel() * buffer.element_size()
+    code = cudart.cudaHostRegister(ptr, nbytes, 0)
+    if int(getattr(code, "value", code)) != 0:
+        raise RuntimeError(f"cudaHostRegister of {nbytes:,} bytes of host KV failed (error {code})")
+    weakref.finalize(owner, cudart.cudaHostUnregister, ptr)
 
 
 @dataclass(eq=False)
@@ -150,14 +291,77 @@ def page_runs(src: Sequence[int], dst: Sequence[int]) -> Iterator[tuple[int, int
         i = j
 
 
+class Event(Protocol):
+    def query(self) -> bool: ...
+    def synchronize(self) -> None: ...
+
+
+class Streams(Protocol):
+    """What the copy engine needs of a device: two copy streams, work launched on one of them
+    (returning an event recorded after it; inside it, ``copy`` queues one tensor copy), the compute
+    stream made to wait for an event, and a synchronize. :class:`CudaStreams` is the real one; the tests use a stand-in that defers."""
+
+    load: Any
+    store: Any
+
+    def launch(self, stream: Any, work: Callable[[], None], keep: Sequence[torch.Tensor] = ()) -> Event: ...
+    def copy(self, dst: torch.Tensor, src: torch.Tensor) -> None: ...
+    def wait(self, event: Event) -> None: ...
+    def synchronize(self) -> None: ...
+
+
+class CudaStreams:
+    """The copy engine's streams on a CUDA device: ``load`` and ``store``, apart.
+
+    ``launch`` queues the copies after everything the compute stream has queued so far (their
+    source, or the pages they overwrite, may still be in use by queued kernels) and records an
+    event after them; ``keep`` are the device tensors they touch, marked as used by the copy
+    stream so that the caching allocator never hands their memory out while a copy still runs."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.load = torch.cuda.Stream(device)
+        self.store = torch.cuda.Stream(device)
+
+    def launch(self, stream: Any, work: Callable[[], None], keep: Sequence[torch.Tensor] = ()) -> Any:
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            work()
+            event = torch.cuda.Event()
+            event.record(stream)
+        if isinstance(stream, torch.cuda.streams.Stream):
+            for tensor in keep:
+                tensor.record_stream(stream)
+        return event
+
+    def wait(self, event: Any) -> None:
+        torch.cuda.current_stream(self.device).wait_event(event)
+
+    @staticmethod
+    def copy(dst: torch.Tensor, src: torch.Tensor) -> None:
+        """One tensor copy, queued on the current stream (the one ``launch`` made current)."""
+        dst.copy_(src, non_blocking=True)
+
+    def synchronize(self) -> None:
+        self.load.synchronize()
+        self.store.synchronize()
+
+
 class CopyEngine:
     """Submits, starts and acknowledges :class:`Copy` objects; counts the bytes moved.
 
     ``start_stores`` / ``start_loads`` start every submitted copy of that kind; ``poll``
-    acknowledges the started copies that have finished (on CPU: all of them); ``drain`` starts and
-    acknowledges everything (an idle engine, a blocking write-back). Counters: ``bytes_written``
-    (device to host), ``bytes_loaded`` (host to device), ``model_seconds`` (their time under
-    ``bandwidth``, a model).
+    acknowledges the started copies that have finished (on CPU: all of them); ``wait_oldest``
+    waits for the oldest copy in flight and acknowledges it; ``drain`` starts and acknowledges
+    everything (an idle engine, a blocking write-back). Counters: ``bytes_written`` (device to host),
+    ``bytes_loaded`` (host to device), ``model_seconds`` (their time under ``bandwidth``, a model),
+    ``num_copies``, ``num_transfers`` (tensor copies issued: one per layer, K or V, and run of
+    consecutive slots), ``num_waits`` (times a stalled step waited for the oldest copy).
+
+    A step's loads are started together, layer by layer: layer *i* of every load, then its event,
+    so attention on layer *i* waits for layer *i* of the step's loads and nothing else (with
+    ``layerwise=False``, attention that cannot wait per layer, the forward waits for the last
+    layer's event: the step's loads, still not the stores).
     """
 
     def __init__(self, device_kv: KVCache | None, host: HostKVPool,
@@ -166,17 +370,37 @@ class CopyEngine:
         self.layerwise = layerwise    # False: the forward waits for whole loads (attention without wait_layer)
         self.bandwidth = bandwidth or BandwidthModel()
         self.cuda = device_kv is not None and device_kv.device.type == "cuda"
-        self.stream = torch.cuda.Stream(device_kv.device) if self.cuda and device_kv is not None else None
+        self._streams: Streams | None = None
         self.submitted: list[Copy] = []
         self.started: list[Copy] = []
         self.bytes_written = self.bytes_loaded = 0
         self.model_seconds = 0.0
-        self.num_copies = 0
+        self.num_copies = self.num_transfers = self.num_waits = 0
+
+    def attach(self, device_kv: KVCache, layerwise: bool = True) -> None:
+        """Bind the device cache of a copy engine made without one (before any copy)."""
+        if self.device_kv is not None or self.in_flight():
+            raise ValueError("this copy engine has its device cache already")
+        self.device_kv, self.layerwise = device_kv, layerwise
+        self.cuda = device_kv.device.type == "cuda"
+
+    @property
+    def streams(self) -> Streams | None:
+        """The streams copies run on; None: synchronous copies (CPU)."""
+        if self._streams is None and self.cuda and self.device_kv is not None:
+            self._streams = CudaStreams(self.device_kv.device)
+        return self._streams
+
+    def use_streams(self, streams: Streams) -> None:
+        """Run the copies on ``streams`` (the tests' stand-in that defers them), before any copy."""
+        if self.in_flight() or self.device_kv is None:
+            raise ValueError("streams are set on a copy engine with a device cache, before any copy")
+        self._streams = streams
 
     @property
     def synchronous(self) -> bool:
         """True when ``start`` finishes the copy before returning (no overlap at all): CPU runs."""
-        return not self.cuda
+        return self.streams is None
 
     def submit(self, copy: Copy) -> None:
         if copy.kind not in ("store", "load") or len(copy.src) != len(copy.dst):
@@ -188,22 +412,65 @@ class CopyEngine:
         """Copies submitted or started, not yet acknowledged."""
         return self.submitted + self.started
 
+    # -- starting ----------------------------------------------------------------------------------
+
     def start_stores(self) -> None:
-        self._start("store")
+        """Start the submitted stores in order, each on the store stream with one event. If one
+        raises, it and the ones after it stay submitted (to be started again)."""
+        for copy in [c for c in self.submitted if c.kind == "store"]:
+            copy.events = self._launch(functools.partial(self._copy_all_layers, [copy], True), store=True)
+            self._mark_started([copy])
 
     def start_loads(self) -> None:
-        self._start("load")
+        """Start every submitted load, layer by layer, on the load stream. If a layer raises, all
+        of them stay submitted (to be started again: the same bytes, into pages nobody reads yet)."""
+        loads = [c for c in self.submitted if c.kind == "load"]
+        if not loads:
+            return
+        kv, streams = self.device_kv, self.streams
+        if kv is None or streams is None:      # no data to move, or synchronous: copies done here
+            for layer in range(len(self.host.k) if kv is not None else 0):
+                self._copy_layer_of(loads, layer)
+            self._mark_started(loads)
+            return
+        with self._finishing_on_failure(streams):
+            events = [streams.launch(streams.load, functools.partial(self._copy_layer_of, loads, layer),
+                                     keep=(kv.k[layer], kv.v[layer])) for layer in range(len(self.host.k))]
+        for copy in loads:
+            copy.events = events
+        self._mark_started(loads)
+        if self.layerwise:       # attention waits for layer i of these loads only (KVCache.wait_layer)
+            kv.pending_load = lambda layer: streams.wait(events[layer])
+        else:                    # the forward waits for these loads, not for the stores
+            streams.wait(events[-1])
 
-    def _start(self, kind: str) -> None:
-        """Start the submitted copies of ``kind`` in order. If one raises, it and the ones after it
-        stay submitted (to be started again); the ones before are started."""
-        for copy in [c for c in self.submitted if c.kind == kind]:
-            self._run(copy)
+    def _launch(self, work: Callable[[], None], *, store: bool) -> list[Any]:
+        """Run ``work`` now (synchronous) or on the store/load stream; its events."""
+        streams, kv = self.streams, self.device_kv
+        if streams is None or kv is None:
+            work()
+            return []
+        keep = [t for layer in range(len(self.host.k)) for t in (kv.k[layer], kv.v[layer])]
+        with self._finishing_on_failure(streams):
+            return [streams.launch(streams.store if store else streams.load, work, keep=keep)]
+
+    @staticmethod
+    @contextmanager
+    def _finishing_on_failure(streams: Streams) -> Iterator[None]:
+        """If issuing a copy raises halfway, the parts already queued still run later: wait for
+        them before the failure reaches a caller that may free the copy's pages (a write-back
+        that failed drops its node, and its device and host pages go back to their pools)."""
+        try:
+            yield
+        except BaseException:
+            streams.synchronize()
+            raise
+
+    def _mark_started(self, copies: list[Copy]) -> None:
+        for copy in copies:
             self.submitted.remove(copy)
             self.started.append(copy)
             self._count(copy)
-        if kind == "load" and self.stream is not None and not self.layerwise and self.device_kv is not None:
-            torch.cuda.current_stream(self.device_kv.device).wait_stream(self.stream)   # wait for all of it
 
     def _count(self, copy: Copy) -> None:
         nbytes = len(copy.src) * self.host.bytes_per_token
@@ -214,62 +481,66 @@ class CopyEngine:
         self.model_seconds += self.bandwidth.seconds(nbytes)
         self.num_copies += 1
 
-    def _run(self, copy: Copy) -> None:
-        """Move the bytes: layer by layer, run by run. On CUDA on ``self.stream``, with events."""
-        kv = self.device_kv
-        if kv is None:
+    def _copy_all_layers(self, copies: list[Copy], to_host: bool) -> None:
+        if self.device_kv is None:
             return
-        layers = range(len(self.host.k))
-        to_host = copy.kind == "store"
-        if self.stream is None:
-            for layer in layers:
+        for layer in range(len(self.host.k)):
+            for copy in copies:
                 self._copy_layer(layer, copy, to_host)
-            return
-        compute = torch.cuda.current_stream(kv.device)
-        self.stream.wait_stream(compute)      # the source was written by kernels queued before now
-        events = []
-        with torch.cuda.stream(self.stream):
-            for layer in layers:
-                self._copy_layer(layer, copy, to_host)
-                if not to_host:
-                    events.append(torch.cuda.Event())
-                    events[-1].record(self.stream)
-            if to_host:
-                events.append(torch.cuda.Event())
-                events[-1].record(self.stream)
-        copy.events = events
-        if not to_host and self.layerwise:
-            kv.layer_events = events          # attention waits on layer i's event (KVCache.wait_layer)
+
+    def _copy_layer_of(self, copies: list[Copy], layer: int) -> None:
+        for copy in copies:
+            self._copy_layer(layer, copy, copy.kind == "store")
 
     def _copy_layer(self, layer: int, copy: Copy, to_host: bool) -> None:
-        kv = self.device_kv
+        """One layer of one copy, run by run (K and V). With streams these copies are queued on
+        the copy stream ``launch`` made current, and return at once."""
+        kv, streams = self.device_kv, self.streams
         assert kv is not None
         for device, host in ((kv.k[layer], self.host.k[layer]), (kv.v[layer], self.host.v[layer])):
             for s, d, n in page_runs(copy.src, copy.dst):
-                if to_host:
-                    host[d:d + n].copy_(device[s:s + n], non_blocking=self.cuda)
+                dst, src = (host[d:d + n], device[s:s + n]) if to_host else (device[d:d + n], host[s:s + n])
+                if streams is None:
+                    dst.copy_(src)
                 else:
-                    device[d:d + n].copy_(host[s:s + n], non_blocking=self.cuda)
+                    streams.copy(dst, src)
+                self.num_transfers += 1
+
+    # -- acknowledging -----------------------------------------------------------------------------
 
     def poll(self) -> list[Copy]:
-        """Acknowledge, in order, the started copies that have finished; returns them."""
-        acked = []
-        while self.started and all(e.query() for e in self.started[0].events):
-            copy = self.started.pop(0)
+        """Acknowledge, in order, the started copies that have finished; returns them. Loads and
+        stores run on streams of their own, so a finished load is not held up by a store."""
+        acked = [c for c in self.started if all(e.query() for e in c.events)]
+        for copy in acked:
+            self.started.remove(copy)
             copy.done = True
             if copy.on_done is not None:
                 copy.on_done()
-            acked.append(copy)
-        if not self.started and self.device_kv is not None:
-            self.device_kv.layer_events = None
+        if self.device_kv is not None and not any(c.kind == "load" for c in self.started):
+            self.device_kv.pending_load = None
         return acked
+
+    def wait_oldest(self) -> bool:
+        """Start what is submitted, wait for the oldest copy in flight and acknowledge what has
+        finished; False if nothing was in flight. What a step that could schedule nothing calls:
+        the pages such a copy holds locked are free a moment later."""
+        if not self.in_flight():
+            return False
+        self.num_waits += 1
+        self.start_stores()
+        self.start_loads()
+        if self.started:
+            for event in self.started[0].events:
+                event.synchronize()
+        return bool(self.poll())
 
     def drain(self) -> None:
         """Start every submitted copy and acknowledge everything (waits for the GPU on CUDA)."""
         self.start_stores()
         self.start_loads()
-        if self.stream is not None:
-            self.stream.synchronize()
+        if self.streams is not None:
+            self.streams.synchronize()
         self.poll()
         assert not self.started, "a copy was started but not acknowledged after synchronizing"
 
@@ -277,9 +548,10 @@ class CopyEngine:
         """Run one copy to the end and acknowledge it, waiting for it: SGLang's blocking write-back
         (``writing_check(write_back=True)`` inside ``evict``). If it raises, nothing is counted or
         acknowledged."""
-        self._run(copy)
-        if self.stream is not None:
-            self.stream.synchronize()
+        events = self._launch(functools.partial(self._copy_all_layers, [copy], copy.kind == "store"),
+                              store=copy.kind == "store")
+        for event in events:
+            event.synchronize()
         self._count(copy)
         copy.done = True
         if copy.on_done is not None:

@@ -14,8 +14,11 @@ and the ``slot_mapping`` (where each new token's K/V goes).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
+from nano_engine.checks import require_int
 from nano_engine.model import Qwen3Config
 
 
@@ -37,24 +40,24 @@ class KVCache:
 
     def __init__(self, config: Qwen3Config, num_pages: int, page_size: int,
                  device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32):
-        if num_pages < 1:
-            raise ValueError(f"num_pages must be >= 1, got {num_pages}")
-        if page_size < 1:
-            raise ValueError(f"page_size must be >= 1, got {page_size}")
+        require_int("num_pages", num_pages)
+        require_int("page_size", page_size)
         self.config = config
         self.num_pages, self.page_size = num_pages, page_size
         self.device, self.dtype = torch.device(device), dtype
         shape = (num_pages * page_size, config.num_key_value_heads, config.head_dim)
         self.k = [torch.zeros(shape, device=self.device, dtype=dtype) for _ in range(config.num_hidden_layers)]
         self.v = [torch.zeros(shape, device=self.device, dtype=dtype) for _ in range(config.num_hidden_layers)]
-        self.layer_events: list | None = None    # CUDA events of a host-to-device load, one per layer
+        # Set by host_tier.CopyEngine while a step's host-to-device loads are in flight: makes the
+        # compute stream wait for one layer of them.
+        self.pending_load: Callable[[int], None] | None = None
 
     def wait_layer(self, layer: int) -> None:
         """Called by attention before it reads ``layer``: on CUDA, while a host-tier load is in flight
         (``host_tier.CopyEngine``), the compute stream waits for that layer's copy only, so layer
         ``i + 1`` is still arriving while layer ``i`` computes. Nothing to do otherwise."""
-        if self.layer_events is not None:
-            torch.cuda.current_stream(self.device).wait_event(self.layer_events[layer])
+        if self.pending_load is not None:
+            self.pending_load(layer)
 
     @classmethod
     def from_budget(cls, config: Qwen3Config, num_bytes: int, page_size: int,

@@ -264,14 +264,16 @@ class Transformer(nn.Module):
         """Load a Hugging Face Qwen3 checkpoint folder (config.json + safetensors, one file or
         sharded with ``model.safetensors.index.json``).
 
-        ``device`` defaults to CPU; ``dtype`` to float32 on CPU and bfloat16 on CUDA."""
+        ``device`` defaults to CPU; ``dtype`` to the device's default (``nano_engine.devices``):
+        bfloat16 on a GPU with bf16 tensor cores (sm_80 and later), float32 on a T4 and on CPU."""
         from nano_engine.weights import load_config, load_state_dict
 
         path = Path(path)
         cfg = Qwen3Config.from_dict(load_config(path), source=str(path / "config.json"))
         device = torch.device(device or "cpu")
-        if dtype is None:
-            dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+        if dtype is None:        # bfloat16 on GPUs with bf16 tensor cores (sm_80+), else float32
+            from nano_engine.devices import device_defaults
+            dtype = device_defaults(device).dtype
         with torch.device("meta"):          # no throw-away random init of 600M parameters
             model = cls(cfg)
         model._assign(load_state_dict(path, model.expected_shapes(), device=device, dtype=dtype))

@@ -19,6 +19,15 @@ One step (``Scheduler.schedule``):
    (``cache.match``), check that it and the first chunk fit (``cache.can_admit``, before anything
    is locked), lock it, and allocate pages for the first chunk. The first request that does
    not fit stops admission for this step, so no request is overtaken forever by smaller ones.
+4. **Copies in flight.** With a host tier on a GPU, a page being copied to the host stays locked
+   until its copy is acknowledged (``host_tier.CopyEngine``), and the copy runs in the background.
+   If a step would schedule nothing while requests are left, that is where their memory is: the
+   scheduler asks the cache manager to wait for its oldest copy (``cache.wait_for_copy``) and plans
+   again, instead of failing. This is the one place the engine waits for a copy. (SGLang's
+   scheduler loop, ``Scheduler.event_loop_normal`` in ``python/sglang/srt/managers/scheduler.py``
+   (0.5.9 and 0.5.23), idles on an empty batch and polls again next turn, where 0.5.9's
+   ``HiRadixCache.writing_check`` acknowledges the stores that finished; a synchronous ``step()``
+   must make progress, so it waits.)
 
 The scheduler only talks to a :class:`~nano_engine.cache_manager.CacheManager`; which cache sits
 behind it (none, hashed blocks, radix tree) changes nothing here. Admission orders (FCFS and the
@@ -37,6 +46,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from nano_engine.cache_manager import CacheManager
+from nano_engine.checks import require_int
 from nano_engine.policies import AdmissionPolicy, make_policy
 from nano_engine.sequence import Sequence, Status
 
@@ -59,14 +69,6 @@ class SchedulerOutput:
         return sum(self.num_new_tokens)
 
 
-def _check_count(name: str, value: object, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        allowed = "an integer >= 1" + (" or None" if allow_none else "")
-        raise ValueError(f"{name} must be {allowed}, got {value!r}")
-
-
 class Scheduler:
     """Waiting and running queues, a token budget per step, preemption by recompute.
 
@@ -76,8 +78,8 @@ class Scheduler:
 
     def __init__(self, cache: CacheManager, max_num_batched_tokens: int | None = None,
                  max_num_seqs: int = 256, policy: str | AdmissionPolicy = "fcfs") -> None:
-        _check_count("max_num_batched_tokens", max_num_batched_tokens, allow_none=True)
-        _check_count("max_num_seqs", max_num_seqs)
+        require_int("max_num_batched_tokens", max_num_batched_tokens, optional=True)
+        require_int("max_num_seqs", max_num_seqs)
         self.cache = cache
         self.max_num_batched_tokens = max_num_batched_tokens
         self.token_budget: int = max_num_batched_tokens or cache.num_blocks * cache.block_size
@@ -97,14 +99,22 @@ class Scheduler:
     # -- one step ----------------------------------------------------------------------------
 
     def schedule(self) -> SchedulerOutput:
-        """Plan the next step: running sequences first (steps 1-2), then admissions (step 3)."""
+        """Plan the next step: running sequences first (steps 1-2), then admissions (step 3).
+
+        If that schedules nothing while requests are left, the memory they need is held by a
+        host-tier copy in flight (step 4): wait for the oldest copy, then plan again."""
         if self.needs_repair:
             self.repair()
-        out = SchedulerOutput()
-        budget = self._schedule_running(out, self.token_budget)
-        if not out.preempted:           # a step that had to preempt is short of memory already
-            self._admit_waiting(out, budget)
-        return out
+        preempted: list[Sequence] = []
+        while True:
+            out = SchedulerOutput()
+            budget = self._schedule_running(out, self.token_budget)
+            if not out.preempted:           # a step that had to preempt is short of memory already
+                self._admit_waiting(out, budget)
+            out.preempted[:0] = preempted
+            if out.seqs or not self.has_unfinished or not self.cache.wait_for_copy():
+                return out
+            preempted = out.preempted
 
     def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
         """Decodes first, then prefill chunks (a stable sort keeps admission order); returns the

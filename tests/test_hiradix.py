@@ -14,7 +14,7 @@ from engine_helpers import serve_on
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from nano_engine.hiradix import HiNode, HiRadixCache
-from nano_engine.host_tier import WRITE_POLICIES, CopyEngine, HostKVPool, page_runs
+from nano_engine.host_tier import WRITE_POLICIES, CopyEngine, HostKVPool, HostTier, page_runs
 from nano_engine.kv_cache import KVCache
 from nano_engine.model import Qwen3Config
 from nano_engine.paged import BlockPool
@@ -40,8 +40,8 @@ class Harness:
         self.pool = BlockPool(device_pages)
         self.host = HostKVPool(host_pages, PS, like=self.kv)
         self.copies = CopyEngine(self.kv, self.host)
-        self.tree = HiRadixCache(PS, host=self.host, copies=self.copies, write_policy=policy,
-                                 load_back_threshold=threshold)
+        self.tree = HiRadixCache(PS, host=self.host, copies=self.copies,
+                                 tier=HostTier(host_pages * PS, policy, load_back_threshold=threshold))
 
     def alloc(self, n: int) -> list[int] | None:
         short = n - self.pool.num_free
@@ -196,6 +196,54 @@ def test_load_back_without_room_loads_nothing_and_evicts_nothing_it_loads():
     h.check()
 
 
+def sglang_load_back(h: Harness, tokens: list[int]) -> int:
+    """``load_back`` as the engine's manager calls it: ``allocate`` takes free pages only, and
+    ``evict`` frees device tokens (SGLang 0.5.9's order: try, evict the load size, try again)."""
+    def evict(num_tokens: int) -> None:
+        h.evict(num_tokens)
+
+    return h.tree.load_back(h.tree.match(tokens), h.pool.allocate, evict)
+
+
+def test_load_back_finds_room_as_sglang_does():
+    """SGLang 0.5.9's ``load_back``: one try with the free pages; if short, evict *the whole load
+    size* and try again; if that fails too, load nothing and keep the evictions.
+
+    First: two free pages, four to load: 8 tokens are evicted, not the two pages short, so both
+    cached prefixes leave the device. Then: five to load, two free and one evictable prefix of
+    two (the other is locked): nothing is loaded and the evicted prefix stays evicted."""
+    h = Harness(device_pages=6, host_pages=16, policy="write_through")
+    a, b_tokens, c_tokens = list(range(1, 9)), [11, 12, 13, 14], [21, 22, 23, 24]
+    h.serve(a)
+    h.copies.drain()
+    h.evict(8)                                 # a is on the host only
+    h.serve(b_tokens)
+    h.serve(c_tokens)
+    h.copies.drain()
+    assert h.pool.num_free == 2
+    assert sglang_load_back(h, a + [9, 9]) == 8
+    b, c = h.tree.root.children[(11, 12)], h.tree.root.children[(21, 22)]
+    assert (b.state, c.state) == ("host", "host"), "the whole load size (8 tokens) is evicted, not the shortfall"
+    h.copies.drain()
+    h.check()
+
+    h = Harness(device_pages=6, host_pages=16, policy="write_through")
+    a = list(range(1, 11))
+    h.serve(a)
+    h.copies.drain()
+    h.evict(10)                                # a (5 pages) is on the host only
+    h.serve(b_tokens)
+    h.serve(c_tokens)
+    h.copies.drain()
+    b, c = h.tree.root.children[(11, 12)], h.tree.root.children[(21, 22)]
+    h.tree.inc_lock_ref(c)                     # a running request holds c
+    assert sglang_load_back(h, a + [9, 9]) == 0
+    assert b.state == "host" and h.pool.num_free == 4, "b's eviction is kept though nothing was loaded"
+    assert h.tree.match(a).host_tokens == 10, "a is still on the host, loadable"
+    h.tree.dec_lock_ref(c)
+    h.check()
+
+
 @pytest.mark.parametrize("policy", WRITE_POLICIES)
 def test_write_policies_move_different_bytes(policy):
     h = Harness(device_pages=4, host_pages=16, policy=policy)
@@ -299,12 +347,12 @@ def test_a_failed_admission_leaves_both_tiers_exactly_as_before():
     """``match`` only looks (no split, no load, no LRU refresh); ``can_admit`` counts the pages to
     load and to compute against the free and evictable ones; a request that does not fit changes
     nothing at all. One that fits is loaded back when it is locked."""
-    from nano_engine.hiradix import TieredRadixCacheManager
     from nano_engine.sampling import SamplingParams
     from nano_engine.sequence import Sequence
+    from nano_engine.tiered_cache_manager import TieredRadixCacheManager
 
     bs = 4
-    manager = TieredRadixCacheManager(8, bs, 64 * bs, load_back_threshold=1)
+    manager = TieredRadixCacheManager(8, bs, HostTier(64 * bs, load_back_threshold=1))
     a, b = list(range(100, 124)), list(range(200, 232))
     serve_on(manager, 0, a)
     serve_on(manager, 1, b)                                   # a is host-only now, b fills the device
@@ -339,13 +387,12 @@ def test_can_admit_is_exact_and_a_refused_request_changes_nothing(device_blocks,
     Admitted ones stay running (``keep``) or finish, so locks and loads pile up."""
     import copy as copy_module
 
-    from nano_engine.hiradix import TieredRadixCacheManager
     from nano_engine.sampling import SamplingParams
     from nano_engine.sequence import Sequence
+    from nano_engine.tiered_cache_manager import TieredRadixCacheManager
 
     bs = 2
-    manager = TieredRadixCacheManager(device_blocks, bs, host_blocks * bs, write_policy=policy,
-                                      load_back_threshold=3)
+    manager = TieredRadixCacheManager(device_blocks, bs, HostTier(host_blocks * bs, policy, load_back_threshold=3))
     running = []
     for i, (tokens, keep) in enumerate(requests):
         tokens = [t % 3 for t in tokens] * 2 + [7]

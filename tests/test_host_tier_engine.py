@@ -194,11 +194,11 @@ def test_a_fault_in_the_middle_of_a_load_back_leaves_the_engine_consistent(make_
             raise RuntimeError("injected fault in load-back")
         return real_allocate(n)
 
-    def counted_load(self, m, allocate):
+    def counted_load(self, m, allocate, evict=None):
         loads["n"] += 1
         loads["loading"] = True
         try:
-            return real_load(self, m, allocate)
+            return real_load(self, m, allocate, evict)
         finally:
             loads["loading"] = False
 

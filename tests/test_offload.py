@@ -9,6 +9,7 @@ import pytest
 from engine_helpers import serve_on
 from hypothesis import given, settings, strategies as st
 
+from nano_engine.host_tier import HostTier
 from nano_engine.kv_events import BlockRemoved, BlockStored, replay
 from nano_engine.offload import LookupResult, OffloadingManager
 from nano_engine.prefix_cache import PrefixCachingBlockPool
@@ -119,11 +120,11 @@ def test_a_failed_admission_loads_evicts_and_touches_nothing(vllm):
     and the same request admitted later loads its CPU hit."""
     import copy
 
-    from nano_engine.offload import TieredHashedCacheManager
+    from nano_engine.tiered_cache_manager import TieredHashedCacheManager
 
     bs = 4
     pool = PrefixCachingBlockPool(8, bs, vllm=vllm)
-    manager = TieredHashedCacheManager(pool, 64 * bs)
+    manager = TieredHashedCacheManager(pool, HostTier(64 * bs))
     a, b = list(range(100, 124)), list(range(200, 232))           # 6 and 8 blocks
     serve_on(manager, 0, a)
     serve_on(manager, 1, b)                                          # a leaves the device, stays on the CPU

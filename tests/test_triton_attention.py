@@ -396,6 +396,37 @@ def test_kernels_compile_for_hopper_without_a_gpu(compiled):
                      index_types)
 
 
+# (GPU class, compute capability, dtype, prefill tiles expected): the fp32 rows used to need more
+# shared memory than those GPUs give a block (OutOfResources at the first prefill).
+TILE_CASES = [("T4", 75, torch.float32, (64, 32)), ("T4", 75, torch.float16, (64, 64)),
+              ("A10G / L4", 86, torch.float32, (64, 32)), ("A10G / L4", 86, torch.bfloat16, (64, 64)),
+              ("H200", 90, torch.bfloat16, (64, 64)), ("H200", 90, torch.float32, (64, 64))]
+
+
+@pytest.mark.parametrize("gpu, arch, dtype, want", TILE_CASES, ids=[f"{c[0]}-{c[2]}" for c in TILE_CASES])
+def test_prefill_tiles_fit_each_gpu_class_without_a_gpu(compiled, gpu, arch, dtype, want):
+    """The prefill tiles are chosen from the kernel as compiled for the device (Triton's own
+    ptxas, no GPU needed here): the largest that fits its shared memory per block, at Qwen3-0.6B's
+    shapes (head_dim 128, 2 query heads per KV head)."""
+    pytest.importorskip("triton")
+    bundled_ptxas = Path(compiled.triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    if not bundled_ptxas.exists() and not shutil.which("ptxas"):
+        pytest.skip("no ptxas bundled with Triton")
+    ta = compiled
+    limit = ta.SHARED_MEMORY_PER_BLOCK[arch]
+    tiles = ta.prefill_tiles(dtype, 128, 2, arch, limit)
+    assert tiles == want, f"{gpu} sm_{arch} {dtype}: tiles {tiles}, expected {want}"
+    m, n = tiles
+    need = ta.kernel_shared_memory(ta._paged_prefill_kernel, dict(
+        HEAD_DIM=128, GROUP_SIZE=2, PAGE_SIZE=16, BLOCK_M=m, BLOCK_N=n, BLOCK_D=128,
+        DOT_PRECISION=ta._dot_precision(dtype)), dtype, arch)
+    assert need <= limit, f"prefill needs {need} B of shared memory, sm_{arch} gives {limit}"
+    decode = ta.kernel_shared_memory(ta._paged_decode_kernel, dict(
+        HEAD_DIM=128, GROUP_SIZE=2, PAGE_SIZE=16, NUM_SPLITS=1, BLOCK_H=16, BLOCK_N=64, BLOCK_D=128,
+        DOT_PRECISION=ta._dot_precision(dtype)), dtype, arch)
+    assert decode <= limit, f"decode needs {decode} B of shared memory, sm_{arch} gives {limit}"
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("page_size", [1, 16])

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import torch
 
 from nano_engine.attention import AttentionMetadata, device_tensor
+from nano_engine.checks import require_int
 from nano_engine.fast.fast_attention import PAGE_TABLE_ALIGN, TritonPagedAttention
 from nano_engine.kv_cache import KVCache
 from nano_engine.model import Transformer
@@ -45,8 +46,7 @@ def graph_batch_sizes(max_num_seqs: int) -> list[int]:
 
     A batch is padded to the next size, so at most 15 rows (and under half the batch below 16)
     are wasted; 256 sequences need 20 graphs."""
-    if max_num_seqs < 1:
-        raise ValueError(f"max_num_seqs must be >= 1, got {max_num_seqs}")
+    require_int("max_num_seqs", max_num_seqs)
     sizes = [s for s in (1, 2, 4, 8) if s < max_num_seqs] + list(range(16, max_num_seqs + 1, 16))
     if not sizes or sizes[-1] != max_num_seqs:
         sizes.append(max_num_seqs)
@@ -132,8 +132,7 @@ class DecodeGraphRunner:
         device = model.device
         if capture and device.type != "cuda":
             raise ValueError(f"CUDA graphs need a model on a CUDA device, got {device}")
-        if max_pages < 1:
-            raise ValueError(f"max_pages must be >= 1, got {max_pages}")
+        require_int("max_pages", max_pages)
         self.model, self.kv_cache, self.device = model, kv_cache, device
         self.page_size = kv_cache.page_size
         self.capture = capture
@@ -148,7 +147,7 @@ class DecodeGraphRunner:
         self.page_table = zeros(max_bs, self.max_pages, dtype=torch.int32)
         self.cu_seqlens_q = torch.arange(max_bs + 1, dtype=torch.int32, device=device)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self.outputs: dict[int, torch.Tensor] = {}
+        self.logits: torch.Tensor | None = None      # [max_bs, vocab]: every graph writes its rows here
         if capture:
             self._capture_all()
 
@@ -169,15 +168,24 @@ class DecodeGraphRunner:
 
     @torch.inference_mode()
     def _capture_all(self) -> None:
+        """One graph per batch size, sharing one memory pool and one logits buffer.
+
+        Each graph copies its logits into the first rows of ``self.logits`` (nano-vllm's
+        ``graph_vars["outputs"]``), so its own output is a temporary of the pool, freed for the
+        next graph. A buffer kept per graph would be 20 ``[bs, vocab]`` tensors (635 MiB for
+        Qwen3-0.6B at 256 sequences) that the ``gpu_memory_utilization`` profile never counted."""
         pool = None
         for bs in reversed(self.sizes):         # largest first: later graphs fit in its memory
             # One eager run first: Triton compiles its kernels and cuBLAS picks its algorithms
             # outside the capture. The buffers hold padding (slot -1, length 0): nothing is written.
-            self._forward(bs)
+            warm = self._forward(bs)
+            if self.logits is None:
+                self.logits = torch.empty(bs, warm.shape[-1], dtype=warm.dtype, device=self.device)
+            del warm
             torch.cuda.synchronize(self.device)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool):
-                self.outputs[bs] = self._forward(bs)
+                self.logits[:bs].copy_(self._forward(bs))
             pool = graph.pool() if pool is None else pool
             self.graphs[bs] = graph
         torch.cuda.synchronize(self.device)
@@ -195,7 +203,7 @@ class DecodeGraphRunner:
                 num_computed: Sequence[int], logits_rows: Sequence[int] | None = None) -> torch.Tensor:
         """Logits of one decode step: row ``i`` for sequence ``i`` (or only ``logits_rows``).
 
-        The returned tensor lives in the graph's output buffer: use it before the next call."""
+        The returned tensor lives in the graphs' logits buffer: use it before the next call."""
         n = len(input_ids)
         bs = padded_batch_size(n, self.sizes)
         if bs is None:
@@ -213,7 +221,8 @@ class DecodeGraphRunner:
         self.page_table[:n, :width].copy_(batch.page_table, non_blocking=on_gpu)
         if self.capture:
             self.graphs[bs].replay()
-            logits = self.outputs[bs]
+            assert self.logits is not None
+            logits = self.logits[:bs]
         else:
             logits = self._forward(bs)
         rows = list(range(n)) if logits_rows is None else list(logits_rows)

@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from nano_engine.attention import AttentionMetadata, PagedAttention
+from nano_engine.devices import device_defaults
 from nano_engine.fast import triton_attention as ta
 from nano_engine.kv_cache import KVCache
 from nano_engine.model import AttentionContext
@@ -124,7 +125,10 @@ def attention_factory(attention: str | AttentionFactory, device: torch.device | 
 
     * ``"torch"``: the PyTorch reference ``PagedAttention`` (CPU and CUDA; the default);
     * ``"triton"``: :class:`TritonPagedAttention` (CUDA with Triton; ValueError elsewhere);
-    * ``"auto"``: Triton on a CUDA device when Triton is installed, else the reference;
+    * ``"auto"``: Triton where the device's defaults say so (``nano_engine.devices``: a GPU of
+      compute capability 8.0 or later, Triton installed), else the reference. Triton supports
+      sm_80+ only, and on a T4 (sm_75) it turns every ``tl.dot`` into plain FMA: slower than the
+      reference there, though ``"triton"`` still runs if asked for;
     * a callable ``(kv_cache, metadata) -> context`` is used as given.
     """
     if callable(attention):
@@ -138,7 +142,7 @@ def attention_factory(attention: str | AttentionFactory, device: torch.device | 
                              "use attention='torch' or 'auto' (or TRITON_INTERPRET=1 for CPU tests)")
         return TritonPagedAttention
     if attention == "auto":
-        use_triton = torch.device(device).type == "cuda" and ta.HAS_TRITON
+        use_triton = ta.HAS_TRITON and device_defaults(device).attention == "triton"
         return TritonPagedAttention if use_triton else PagedAttention
     raise ValueError(f"attention must be one of {ATTENTION_CHOICES} or a callable, got {attention!r}")
 

@@ -53,6 +53,7 @@ import os
 
 import torch
 
+from nano_engine.checks import require_int
 from nano_engine.paged import ceil_div
 
 try:
@@ -117,8 +118,11 @@ if _INTERPRETED:
 # least 16 wide even when a GQA group has 2 query heads (the padding rows are masked out).
 _MIN_DOT = 16
 _DECODE_BLOCK_N = 64  # keys per tile in decode
-_PREFILL_BLOCK_M = 64  # query rows per program in prefill
-_PREFILL_BLOCK_N = 64  # keys per tile in prefill
+PREFILL_TILES = ((64, 64), (64, 32), (32, 32))
+"""(BLOCK_M query rows, BLOCK_N keys) per prefill program, largest first. On a GPU the first whose
+compiled kernel fits the device's shared memory is used (:func:`prefill_tiles`): float32 at
+Qwen3-0.6B's shapes needs 115,200 B at 64 x 64 on sm_80+ (82,176 B on sm_75), more than an A10G,
+L4 or RTX 30/40 (101,376 B) or a T4 (65,536 B) gives a block; 64 x 32 needs 74,112 B (57,600 B)."""
 # flash-decoding: a split shorter than this costs more to combine than it saves in parallelism.
 _MIN_TOKENS_PER_SPLIT = 256
 _MAX_SPLITS = 32
@@ -514,7 +518,8 @@ def paged_prefill_attention(
     if num_tokens == 0 or max_q_len <= 0:
         return out
 
-    grid = (ceil_div(max_q_len, _PREFILL_BLOCK_M), num_heads, batch)
+    block_m, block_n = _prefill_tiles_on(q.device, q.dtype, head_dim, group_size)
+    grid = (ceil_div(max_q_len, block_m), num_heads, batch)
     _paged_prefill_kernel[grid](
         q, k_cache, v_cache, page_table, cu_seqlens_q, seq_lens, out,
         q.stride(0), q.stride(1),
@@ -523,10 +528,75 @@ def paged_prefill_attention(
         out.stride(0), out.stride(1),
         scale,
         HEAD_DIM=head_dim, GROUP_SIZE=group_size, PAGE_SIZE=page_size,
-        BLOCK_M=_PREFILL_BLOCK_M, BLOCK_N=_PREFILL_BLOCK_N, BLOCK_D=max(_MIN_DOT, _next_power_of_2(head_dim)),
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=max(_MIN_DOT, _next_power_of_2(head_dim)),
         DOT_PRECISION=_dot_precision(q.dtype),
     )
     return out
+
+
+# --------------------------------------------------------------------------------------------
+# Shared memory, checked before launch
+# --------------------------------------------------------------------------------------------
+
+SHARED_MEMORY_PER_BLOCK = {75: 65_536, 80: 166_912, 86: 101_376, 87: 166_912, 89: 101_376, 90: 232_448}
+"""Shared memory one block may opt into, in bytes, by compute capability (NVIDIA's CUDA C++
+Programming Guide, "Technical Specifications per Compute Capability"). A real device is asked
+instead (``max_shared_mem``); the table is for checking other GPUs from here."""
+
+_POINTER_TYPES = {"slot_mapping_ptr": "*i64", "page_table_ptr": "*i32", "seq_lens_ptr": "*i32",
+                  "cu_seqlens_q_ptr": "*i32", "lse_ptr": "*fp32", "partial_ptr": "*fp32"}
+_TRITON_DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+
+def kernel_shared_memory(kernel, constexprs: dict, dtype: torch.dtype, arch: int) -> int:
+    """Bytes of shared memory ``kernel`` needs once compiled for ``sm_{arch}`` with data in
+    ``dtype``: Triton's ahead-of-time compile (its bundled ``ptxas``), no GPU needed."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    data = "*" + _TRITON_DTYPES[dtype]
+    signature = {name: "constexpr" if name in constexprs
+                 else _POINTER_TYPES.get(name, data) if name.endswith("_ptr")
+                 else "fp32" if name == "scale" else "i32"
+                 for name in kernel.arg_names}
+    compiled = triton.compile(ASTSource(kernel, signature, constexprs), target=GPUTarget("cuda", arch, 32))
+    return compiled.metadata.shared
+
+
+@functools.lru_cache(maxsize=None)
+def prefill_tiles(dtype: torch.dtype, head_dim: int, group_size: int, arch: int,
+                  max_shared: int) -> tuple[int, int] | None:
+    """The largest of :data:`PREFILL_TILES` whose prefill kernel fits ``max_shared`` bytes on
+    ``sm_{arch}``; None if none does."""
+    for block_m, block_n in PREFILL_TILES:
+        constexprs = dict(HEAD_DIM=head_dim, GROUP_SIZE=group_size, PAGE_SIZE=16, BLOCK_M=block_m,
+                          BLOCK_N=block_n, BLOCK_D=max(_MIN_DOT, _next_power_of_2(head_dim)),
+                          DOT_PRECISION=_dot_precision(dtype))
+        if kernel_shared_memory(_paged_prefill_kernel, constexprs, dtype, arch) <= max_shared:
+            return block_m, block_n
+    return None
+
+
+def _prefill_tiles_on(device: torch.device, dtype: torch.dtype, head_dim: int, group_size: int) -> tuple[int, int]:
+    """The prefill tiles for ``device``: the largest that fit its shared memory (CUDA), checked
+    once per shape before the first launch; the largest in the interpreter."""
+    if device.type != "cuda":
+        return PREFILL_TILES[0]
+    arch, max_shared = _device_limits(device)
+    tiles = prefill_tiles(dtype, head_dim, group_size, arch, max_shared)
+    if tiles is None:
+        raise RuntimeError(f"the Triton prefill kernel needs more shared memory than sm_{arch} gives a block "
+                           f"({max_shared:,} B) even with {PREFILL_TILES[-1][0]} x {PREFILL_TILES[-1][1]} tiles in "
+                           f"{dtype}; use attention='torch' or a 16-bit dtype")
+    return tiles
+
+
+@functools.lru_cache(maxsize=None)
+def _device_limits(device: torch.device) -> tuple[int, int]:
+    major, minor = torch.cuda.get_device_capability(device)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    max_shared = triton.runtime.driver.active.utils.get_device_properties(index)["max_shared_mem"]
+    return 10 * major + minor, max_shared
 
 
 # --------------------------------------------------------------------------------------------
@@ -603,8 +673,7 @@ def _check_index_tensor(name: str, x: torch.Tensor, dims: int) -> None:
 
 
 def _check_page_size(page_size: int) -> None:
-    if not isinstance(page_size, int) or page_size < 1:
-        raise ValueError(f"page_size must be a positive int, got {page_size!r}")
+    require_int("page_size", page_size)
 
 
 def _last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
