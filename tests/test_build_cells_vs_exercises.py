@@ -67,7 +67,7 @@ OVERLAPS = {
 }
 # What each chapter's check cell compares its own class with.
 PACKAGE_CLASS = {"01_paged_block_pool": "BlockPool(", "02_prefix_cache_hashed_blocks": "PrefixCachingBlockPool(",
-                 "03_radix_tree": "RadixCache()", "07_many_engines": "KVBlockIndex("}
+                 "03_radix_tree": "RadixCache(", "07_many_engines": "KVBlockIndex("}
 # Chapters whose build section ends with their class under LLMEngine, and the adapter it uses.
 ON_THE_MODEL = {"01_paged_block_pool": "PoolAdapter(mine", "02_prefix_cache_hashed_blocks":
                 "PrefixCacheAdapter(mine)", "03_radix_tree": "RadixTreeAdapter(RadixTree,"}

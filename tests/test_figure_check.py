@@ -12,25 +12,13 @@ import json
 import pytest
 from figure_check import CHAPTERS, check_chapter, prose_figures
 
-# Written on another branch to the same rule, until it is merged: in chapters 01-03 the Try it boxes
-# and the build sections' endings (`ex-a`). Their findings make the test an expected failure; any
-# other finding in the chapter still fails it.
-EX_A = ("Try it", "Check it against the package", "What `nano_engine`'s version adds, and why")
-ELSEWHERE = {"01_paged_block_pool": EX_A, "02_prefix_cache_hashed_blocks": EX_A, "03_radix_tree": EX_A}
-
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
 def test_every_figure_the_prose_quotes_is_checked(path):
     findings = check_chapter(path)
-    parts = ELSEWHERE.get(path.stem, ())
-    theirs = [f for f in findings if parts is None or f.section in parts or f.subsection in parts]
-    ours = [f for f in findings if f not in theirs]
-    assert not ours, (f"{path.name}: {len(ours)} figures or claims no cell checks (state each in "
-                      "said(\"...\", value) or an assert; see tests/figure_check.py):\n"
-                      + "\n".join(str(f) for f in ours))
-    if theirs:
-        pytest.xfail(f"{len(theirs)} findings in what another branch rewrites: "
-                     + ", ".join(sorted({f.subsection or f.section for f in theirs})))
+    assert not findings, (f"{path.name}: {len(findings)} figures or claims no cell checks (state each in "
+                          "said(\"...\", value) or an assert; see tests/figure_check.py):\n"
+                          + "\n".join(str(f) for f in findings))
 
 
 def chapter(tmp_path, *cells) -> list:
