@@ -47,6 +47,7 @@ one exception happens only when asked for: the engine's imports of ``fast/`` (a 
     engine_config.py   every LLMEngine option checked once; the pool's blocks, block size and cache kind settled first
     interrupts.py      Ctrl-C held back while a step commits its bookkeeping, delivered right after
     engine.py          LLMEngine: plan, run the model and sample, postprocess, log; continuous batching
+    cache_adapters.py  your own pool, prefix cache or radix tree (chapters 01-03) under LLMEngine, checked call by call
 
   beyond one engine (chapters 04 and 05)
     workloads.py       request streams with shared prefixes, and the hit rate a cache gets on them
