@@ -16,7 +16,7 @@ from typing import Any
 import graphviz
 
 from nano_engine.hiradix import LOAD_BACK_THRESHOLD, HiRadixCache, TierMatch
-from nano_engine.host_tier import WRITE_POLICIES, CopyEngine, HostKVPool
+from nano_engine.host_tier import CopyEngine, HostKVPool, HostTier
 from nano_engine.notebook.stepper import Request, Step, _count, _Stepper, encode_requests
 from nano_engine.notebook.viz import Tokenizer, draw_tiered_radix, format_slots, format_tokens
 from nano_engine.paged import BlockPool, ceil_div
@@ -25,14 +25,13 @@ from nano_engine.paged import BlockPool, ceil_div
 class _TierRun:
     """One pass of the tiered script over a fresh ``HiRadixCache``, a device pool and a host pool."""
 
-    def __init__(self, requests: list[list[int]], device_tokens: int, host_tokens: int, page_size: int,
-                 write_policy: str, load_back_threshold: int, tokenizer: Tokenizer | None) -> None:
+    def __init__(self, requests: list[list[int]], device_tokens: int, tier: HostTier, page_size: int,
+                 tokenizer: Tokenizer | None) -> None:
         self.requests, self.page_size, self.tokenizer = requests, page_size, tokenizer
         self.events: list[tuple[str, dict]] = []
         self.device = BlockPool(device_tokens // page_size)     # the device pool, in pages
-        self.host = HostKVPool(host_tokens // page_size, page_size)
-        self.tree = HiRadixCache(page_size, host=self.host, copies=CopyEngine(None, self.host),
-                                 write_policy=write_policy, load_back_threshold=load_back_threshold,
+        self.host = HostKVPool(tier.tokens // page_size, page_size)
+        self.tree = HiRadixCache(page_size, host=self.host, copies=CopyEngine(None, self.host), tier=tier,
                                  on_event=self.events.append)
         self.hits = self.queries = 0
         self.device_hits = self.host_hits = 0
@@ -74,9 +73,14 @@ class _TierRun:
         """Device pages, evicting device leaves (least recently used first) when the pool is short."""
         short = num_pages - self.device.num_free
         if short > 0:
-            freed = self.tree.evict(short * self.page_size)
-            self.device.free(sorted({s // self.page_size for s in freed}))
+            self._evict(short * self.page_size)
         return self.device.allocate(num_pages)
+
+    def _evict(self, num_tokens: int) -> None:
+        """Evict ``num_tokens`` of device leaves into the device pool (a load-back's room, as SGLang
+        makes it: the whole load size)."""
+        freed = self.tree.evict(num_tokens)
+        self.device.free(sorted({s // self.page_size for s in freed}))
 
     def _acknowledge(self) -> str:
         copies = self.tree.copies
@@ -115,7 +119,7 @@ class _TierRun:
         self.loaded = 0
         if m.host_tokens:
             def load() -> str:
-                self.loaded = tree.load_back(m, self._allocate)
+                self.loaded = tree.load_back(m, self.device.allocate, self._evict)
                 self.hits += self.loaded
                 self.host_hits += self.loaded
                 if self.loaded:
@@ -202,8 +206,8 @@ class TierStepper(_Stepper):
 
     Per request: ``ack`` (start queued stores, acknowledge finished copies: the engine's
     ``begin_step``), ``match`` (one walk: the device hit, then the host hit), ``load`` (a host hit
-    is loaded back all or nothing, if at least ``load_back_threshold`` tokens, evicting device
-    leaves for room), ``lock``, ``forward`` (start the load, compute the rest into new device slots,
+    is loaded back all or nothing, if at least ``load_back_threshold`` tokens; when the device pool
+    is short it evicts device leaves for the whole load size, as SGLang 0.5.9 does), ``lock``, ``forward`` (start the load, compute the rest into new device slots,
     evicting if the pool is short), ``insert`` (the write policy backs nodes up: stores queued),
     ``unlock``. The diagram colours each node by state (device only, device + host, host only),
     marks copies in flight, and counts evictions per tier in its caption.
@@ -229,13 +233,10 @@ class TierStepper(_Stepper):
     def __init__(self, requests: Sequence[Request], device_tokens: int, host_tokens: int, page_size: int = 1,
                  write_policy: str = "write_through", load_back_threshold: int = LOAD_BACK_THRESHOLD,
                  tokenizer: Tokenizer | None = None) -> None:
-        if write_policy not in WRITE_POLICIES:
-            raise ValueError(f"write_policy must be one of {WRITE_POLICIES}, got {write_policy!r}")
         for name, size in (("device_tokens", device_tokens), ("host_tokens", host_tokens)):
             if not isinstance(size, int) or size < page_size or size % page_size:
                 raise ValueError(f"{name} must be a whole number of pages ({page_size} tokens) >= 1 page, got {size!r}")
-        if not isinstance(load_back_threshold, int) or load_back_threshold < 0:
-            raise ValueError(f"load_back_threshold must be an int >= 0, got {load_back_threshold!r}")
+        self.tier = HostTier(host_tokens, write_policy, load_back_threshold)     # checks the policy and threshold
         self.requests = encode_requests(requests, tokenizer)
         for i, tokens in enumerate(self.requests):
             if ceil_div(len(tokens), page_size) * page_size > device_tokens:
@@ -256,8 +257,7 @@ class TierStepper(_Stepper):
         return {**run.counts(), "device hit tokens": run.device_hits, "host hit tokens": run.host_hits}
 
     def _new_run(self) -> _TierRun:
-        return _TierRun(self.requests, self.device_tokens, self.host_tokens, self.page_size, self.write_policy,
-                        self.load_back_threshold, self.tokenizer)
+        return _TierRun(self.requests, self.device_tokens, self.tier, self.page_size, self.tokenizer)
 
     def _draw(self, run: _TierRun, step: Step | None) -> graphviz.Digraph:
         kind = step.kind if step else None
