@@ -9,8 +9,9 @@ GPU class            cc      dtype        attention   why
 ===================  ======  ===========  ==========  ==============================================
 H100 / H200          9.0     bfloat16     triton      bf16 tensor cores; Triton's kernels compile to
                                                       ``wgmma`` / ``mma``
-A100, A10G, L4,      8.x     bfloat16     triton      bf16 tensor cores (the prefill tiles shrink
-RTX 30 / 40                                           where fp32 is asked for: see ``fast/``)
+A100, A10G, L4,      8.x     bfloat16     triton      bf16 tensor cores (in fp32 the prefill tiles
+RTX 30 / 40                                           shrink on 8.6 / 8.9, A10G, L4, RTX 30 / 40; an
+                                                      A100 keeps 64x64: see ``fast/``)
 T4, RTX 20           7.5     float32      torch       no bf16 tensor cores (bf16 is emulated, though
                                                       ``torch.cuda.is_bf16_supported()`` says True);
                                                       Triton supports cc >= 8.0 only and lowers every

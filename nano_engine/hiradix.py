@@ -53,7 +53,8 @@ This module is the data structure only: it imports no engine module. The write p
 load-back threshold come in one :class:`~nano_engine.host_tier.HostTier` (``tier=``), checked there.
 
 Fair simplifications: one device, so no tensor-parallel agreement on acknowledgements (SGLang
-all-reduces the ack count with MIN so every rank changes its tree identically); no third (storage)
+all-reduces the count of finished write-throughs with MIN so every rank changes its tree identically;
+load acknowledgements are not synced); no third (storage)
 tier; LRU only.
 """
 

@@ -64,7 +64,8 @@ from nano_engine.paged import BlockPool
 WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
 """When a device page is copied to the host (SGLang's ``--hicache-write-policy``):
 
-* ``write_through``: as soon as it is cached (every inserted node; vLLM: every newly full block).
+* ``write_through``: as soon as it is cached (every inserted node; vLLM: every newly full prompt block by default,
+  ``offload_prompt_only=True``).
   The host tier is then *inclusive*: it holds a copy of (almost) everything on the device, so the
   two tiers together hold about max(host, device) distinct tokens; SGLang 0.5.9 therefore requires a
   host pool larger than the device pool (``--hicache-ratio`` default 2).

@@ -1,7 +1,7 @@
 """cuda_graph.py: the decode forward captured once per batch size and replayed (nano-vllm's trick).
 
-A decode step of Qwen3-0.6B is ~600 small kernels (28 layers of projections, norms, rotary
-embeddings, attention, MLP). Launched one by one from Python, they cost more CPU time than the GPU
+A decode step of Qwen3-0.6B is hundreds of small kernels (some twenty per layer, 28 layers of
+projections, norms, rotary embeddings, attention, MLP). Launched one by one from Python, they cost more CPU time than the GPU
 needs to run them. A CUDA graph records the whole sequence of launches once and replays it with a
 single call, so the step costs what the GPU needs, plus one launch.
 
@@ -21,7 +21,8 @@ shapes. So:
   a prefill chunk run eagerly. The PyTorch reference attention sizes its tensors from lengths known
   on the host, so graphs need the Triton context (:class:`~nano_engine.fast.fast_attention.TritonPagedAttention`).
 
-All graphs share one memory pool (captured largest first, as PyTorch recommends): only one runs
+All graphs share one memory pool (captured largest first, as vLLM and nano-vllm do; PyTorch allows a shared pool for graphs that
+never replay concurrently): only one runs
 at a time, so their intermediate tensors can live in the same memory.
 """
 
@@ -170,8 +171,9 @@ class DecodeGraphRunner:
     def _capture_all(self) -> None:
         """One graph per batch size, sharing one memory pool and one logits buffer.
 
-        Each graph copies its logits into the first rows of ``self.logits`` (nano-vllm's
-        ``graph_vars["outputs"]``), so its own output is a temporary of the pool, freed for the
+        Each graph copies its logits into the first rows of ``self.logits`` (nano-vllm shares one
+        output buffer too, ``graph_vars["outputs"]``, but of hidden states: its logits are computed
+        outside the graph), so its own output is a temporary of the pool, freed for the
         next graph. A buffer kept per graph would be 20 ``[bs, vocab]`` tensors (635 MiB for
         Qwen3-0.6B at 256 sequences) that the ``gpu_memory_utilization`` profile never counted."""
         pool = None

@@ -1,7 +1,8 @@
 """gpu_memory.py: how many KV blocks fit on the GPU (vLLM's ``gpu_memory_utilization``).
 
 The KV pool is the one big allocation an engine makes, and the more of it there is, the more
-sequences run at once. vLLM (and nano-vllm) size it from what the GPU has left:
+sequences run at once. nano-vllm sizes it from what the GPU has left (vLLM does the same with two
+differences, below):
 
 1. load the model;
 2. run one forward of the largest step the scheduler can build (``max_num_batched_tokens``
@@ -10,8 +11,11 @@ sequences run at once. vLLM (and nano-vllm) size it from what the GPU has left:
 3. give the KV pool ``total * gpu_memory_utilization - used - activation_peak`` bytes, where
    ``used`` is everything the GPU holds now (weights, the CUDA context, other processes).
 
-What the fraction leaves free (10% at the usual 0.9) absorbs the rest: CUDA graphs, the
-allocator's fragmentation, small per-step tensors.
+What the fraction leaves free (10% at nano-vllm's default 0.9) absorbs the rest: CUDA graphs, the
+allocator's fragmentation, small per-step tensors. vLLM 0.33.0 differs: ``used`` counts only what
+its own instance consumed since it started (``gpu_memory_utilization`` is a per-instance limit,
+``vllm/config/cache.py``), its default is 0.92, and it measures CUDA-graph memory and subtracts it
+too (``vllm/v1/worker/gpu_worker.py``).
 """
 
 from __future__ import annotations
