@@ -47,6 +47,7 @@ import re
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -91,7 +92,9 @@ def __getattr__(name: str):   # `judge.proxy` (PEP 562), for code that imports t
     raise AttributeError(name)
 
 DEFAULT_TIMEOUT = 10.0       # seconds per test
+MAX_TIMEOUT = 3600.0         # --timeout above an hour per test is refused (the limits derived from it overflow)
 DEFAULT_MEMORY_MB = 2048     # address-space limit of the child process (where the OS supports it)
+MIN_MEMORY_MB = 64           # below this the Python process of the reader's code cannot start
 IMPORT_LIMIT = 180.0         # the libraries test.py imports (torch: seconds on a busy machine) load before the clock starts
 WALL_FACTOR, WALL_GRACE = 10, 20.0   # the child's CPU-time watchdog decides timeouts; this wall-clock limit
                                     # (10x the CPU limit + 20 s) only catches code that sleeps or blocks,
@@ -259,77 +262,174 @@ def workspace_dir(option: str | None = None) -> Path:
     return Path(option or os.environ.get("NANO_ENGINE_WORKSPACE") or PRACTICE / "workspace").resolve()
 
 
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+MAX_FILE = 16 * 2**20   # bytes: a solution (or the records) larger than this is not read
 
 
-def load_status(workspace: Path) -> dict:
+class NotRegularFile(OSError):
+    """A path the judge reads is a directory, a named pipe or a device, or is too large."""
+
+
+def file_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be read as a file ("is missing", "is a directory, not a regular file",
+    ...), or None. A named pipe is never opened for reading here: that would wait for a writer."""
     try:
-        return json.loads((workspace / STATUS_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        info = os.stat(path)
+    except FileNotFoundError:
+        return "is missing"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    if stat.S_ISDIR(info.st_mode):
+        return "is a directory, not a regular file"
+    if not stat.S_ISREG(info.st_mode):
+        return "is a named pipe, a socket or a device, not a regular file"
+    if info.st_size > MAX_FILE:
+        return f"is larger than {MAX_FILE // 2**20} MiB"
+    return None
+
+
+def read_regular(path: Path) -> bytes:
+    """The bytes of a regular file (NotRegularFile otherwise). Opened without blocking and checked
+    before anything is read, so a named pipe swapped in meanwhile cannot make the judge wait."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_FILE:
+            raise NotRegularFile(f"{path} {file_problem(path) or 'is not a regular file'}")
+        return f.read(MAX_FILE + 1)
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(read_regular(path)).hexdigest()
+
+
+def load_status(workspace: Path, strict: bool = False) -> dict:
+    """The workspace's records: a JSON object, exercise number -> record. A file that is not one
+    (a list, null, a number, nesting deeper than the parser goes, not JSON, not a regular file) is
+    refused in one line naming it when ``strict`` (verify); otherwise `list` and `test` say so on
+    stderr once and go on without it."""
+    path = workspace / STATUS_FILE
+    if not os.path.lexists(path):
         return {}
+    problem = file_problem(path)
+    if problem is None:
+        try:
+            status = json.loads(read_regular(path).decode("utf-8"))
+            problem = None if isinstance(status, dict) else f"holds a JSON {type(status).__name__}, not an object of records"
+        except (OSError, ValueError) as exc:
+            problem = f"is not JSON ({type(exc).__name__})"
+        except RecursionError:
+            problem = "is nested deeper than a record can be"
+    if problem is None:
+        return status
+    message = f"{_display_path(path)} {problem}: it is not the judge's record of your accepted exercises"
+    if strict:
+        raise UsageError(message)
+    if message not in _WARNED:
+        _WARNED.add(message)
+        print(f"judge.py: ignoring {message}", file=sys.stderr)
+    return {}
 
 
-def remember_accepted(workspace: Path, ex: Exercise, path: Path, judged: dict | None = None) -> None:
-    """Record an acceptance with what was judged (the file's hash, test.py's and the runner's)."""
+_WARNED: set[str] = set()
+
+
+def remember_accepted(workspace: Path, ex: Exercise, path: Path, judged: dict | None = None) -> str | None:
+    """Record an acceptance with what was judged (the file's hash, test.py's and the runner's).
+    The records are replaced atomically (a new file renamed over the old one), so a judge stopped
+    half-way leaves the old records whole. Returns why nothing was recorded, or None."""
     status = load_status(workspace)
     status[ex.number] = {"status": "accepted", "sha256": _digest(path), "file": path.name,
                          "when": time.strftime("%Y-%m-%d %H:%M:%S"), **(judged or {})}
-    workspace.mkdir(parents=True, exist_ok=True)
-    (workspace / STATUS_FILE).write_text(json.dumps(status, indent=1), encoding="utf-8")
+    try:
+        workspace.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=workspace, prefix=".judge_status.", suffix=".tmp", delete=False,
+                                         encoding="utf-8") as f:
+            f.write(json.dumps(status, indent=1))
+        os.replace(f.name, workspace / STATUS_FILE)
+    except OSError as exc:
+        if "f" in locals():
+            Path(f.name).unlink(missing_ok=True)
+        return f"{_display_path(workspace / STATUS_FILE)} could not be written ({exc.strerror or exc})"
+    return None
 
 
-def reader_status(ex: Exercise, workspace: Path) -> str:
-    path = ex.workspace_file(workspace)
-    status = load_status(workspace)
+def _record(status: dict, ex: Exercise) -> dict | None:
+    """The exercise's acceptance record (under its number or its old one), or None."""
     record = status.get(ex.number) or status.get(OLD_NUMBER.get(ex.number, ex.number))
-    if isinstance(record, dict) and record.get("status") == "accepted":
-        if not path.exists() or _digest(path) != record.get("sha256"):
+    return record if isinstance(record, dict) and record.get("status") == "accepted" else None
+
+
+def reader_status(ex: Exercise, workspace: Path, status: dict | None = None) -> str:
+    path = ex.workspace_file(workspace)
+    record = _record(load_status(workspace) if status is None else status, ex)
+    if record is not None:
+        problem = file_problem(path)
+        if problem is not None and problem != "is missing":
+            return f"accepted (stale: your file {problem})"
+        if problem is not None or _digest(path) != record.get("sha256"):
             return "accepted (stale: your file changed since)"
         if record.get("tests_sha256") != _sha(ex.tests.read_bytes()):
             return "accepted (stale: test.py changed since)"
         return "accepted"
-    return "started" if path.exists() else "not started"
+    return "started" if os.path.lexists(path) else "not started"
 
 
 def verify_records(workspace: Path, only: Exercise | None = None, timeout: float = DEFAULT_TIMEOUT) -> list[dict]:
     """Re-judge every exercise the workspace records as accepted, with this copy of practice/.
 
-    A record holds when the file is still the one recorded, this practice/ is sealed as shipped
-    (and, in a git checkout, as committed), the record names this test.py, runner and file, and
-    the file is accepted again now by the isolated runner (the tests in this process, the file
-    behind proxy.py). Run from a fresh copy of practice/ (what a course grader does), this
-    catches an edited file, a forged entry, test.py rewritten with its seal, and a file that
-    reached into the tests while ``test`` ran it in one process with them."""
-    status = load_status(workspace)
+    Each record ends in one of three states (``state``):
+
+    - ``holds``: the file is still the one recorded, the record names this test.py, runner and
+      proxy, and the file is accepted again now by the isolated runner (the tests in this process,
+      the file behind proxy.py);
+    - ``stale``: the file (or test.py, the runner, the proxy) changed since the record was made,
+      and the file is still accepted now: nothing is wrong, ``test N`` refreshes the record;
+    - ``broken``: the verdict changed (the file is not accepted now), the file cannot be read, or
+      this copy of practice/ is not sealed as shipped (and, in a git checkout, as committed).
+
+    Run from a fresh copy of practice/ (what a course grader does), this catches an edited file, a
+    forged entry, test.py rewritten with its seal, and a file that reached into the tests while
+    ``test`` ran it in one process with them."""
+    status = load_status(workspace, strict=True)
+    recorded = [ex for ex in find_exercises() if _record(status, ex) is not None and (only is None or only.number == ex.number)]
+    if recorded:
+        _start_zygote(recorded)   # before the first judging: the tests' libraries, imported once
     tampered = _practice_changes()
     rows = []
     for ex in find_exercises():
         if only is not None and ex.number != only.number:
             continue
-        record = status.get(ex.number) or status.get(OLD_NUMBER.get(ex.number, ex.number))
-        if not (isinstance(record, dict) and record.get("status") == "accepted"):
+        record = _record(status, ex)
+        if record is None:
             continue
         path = ex.workspace_file(workspace)
-        problems = list(tampered)
-        if not path.exists():
-            problems.append(f"{path.name} is missing")
+        changed = []
+        unreadable = file_problem(path)
+        if unreadable is not None:
+            changed.append(f"{path.name} {unreadable}")
         elif _digest(path) != record.get("sha256") or record.get("file_sha256", record.get("sha256")) != _digest(path):
-            problems.append("your file changed since it was recorded")
+            changed.append("your file changed since it was recorded")
         if record.get("tests_sha256") != _sha(ex.tests.read_bytes()):
-            problems.append("recorded against another test.py than the shipped one")
+            changed.append("recorded against another test.py than the shipped one")
         if record.get("runner_sha256") != _sha((PRACTICE / "runner.py").read_bytes()):
-            problems.append("recorded against another runner.py than the shipped one")
+            changed.append("recorded against another runner.py than the shipped one")
         if record.get("proxy_sha256", "") not in ("", _sha((PRACTICE / "proxy.py").read_bytes())):
-            problems.append("recorded against another proxy.py than the shipped one")
-        verdict = None
-        if path.exists():   # the isolated runner: whatever the file did in `test`, here it reaches no test
+            changed.append("recorded against another proxy.py than the shipped one")
+        verdict, now = None, []
+        if unreadable is None:   # the isolated runner: whatever the file did in `test`, here it reaches no test
             report = judge_file(ex, path, timeout=timeout, isolated=True)
             verdict = report["verdict"]
             if verdict != runner.ACCEPTED or not report["judged"]["sealed"]:
-                problems.append(f"judged again now: {verdict} ({report['summary']})")
-        rows.append({"exercise": ex.number, "file": str(path), "holds": not problems, "verdict": verdict,
-                     "problems": problems})
+                now.append(f"judged again now: {verdict} ({report['summary']})")
+        if tampered or unreadable is not None or now:
+            state, problems = "broken", tampered + changed + now
+        elif changed:
+            state, problems = "stale", changed + [f"still accepted now: run `python practice/judge.py test {ex.number}` "
+                                                  "to refresh the record"]
+        else:
+            state, problems = "holds", []
+        rows.append({"exercise": ex.number, "file": str(path), "state": state, "holds": state != "broken",
+                     "stale": state == "stale", "verdict": verdict, "problems": problems})
     return rows
 
 
@@ -369,8 +469,22 @@ def start(ex: Exercise, workspace: Path, force: bool = False) -> tuple[Path, str
 # Judging a file in a child process
 
 
+LINE_LIMIT = 1 << 20   # characters: a longer line on the child's channel is not the runner's (dropped, counted)
+
+
 def _pump(stream, lines: queue.Queue) -> None:
-    for line in stream:
+    """The child's lines, each at most LINE_LIMIT characters: code that writes an endless line to
+    the judge's channel costs the judge no memory (the line is read in pieces and dropped)."""
+    while True:
+        line = stream.readline(LINE_LIMIT)
+        if not line:
+            break
+        if len(line) == LINE_LIMIT and not line.endswith("\n"):
+            while True:   # the rest of the overlong line
+                rest = stream.readline(LINE_LIMIT)
+                if not rest or rest.endswith("\n"):
+                    break
+            line = "\n"   # no signature: counted as a line the runner did not write
         lines.put(line)
     lines.put(None)
 
@@ -451,17 +565,26 @@ def judge_file(ex: Exercise, path: str | os.PathLike, *, examples_only: bool = F
     the proxy, and whether the last three are the shipped ones (``sealed``). ``first_failure``
     (``check`` judging a wrong file): stop at the first test that fails.
     """
-    if not timeout > 0:
-        raise UsageError(f"--timeout must be a positive number of seconds, got {timeout:g}")
+    if not 0 < timeout <= MAX_TIMEOUT:
+        raise UsageError(f"--timeout must be a positive number of seconds up to {MAX_TIMEOUT:g}, got {timeout:g}")
+    if memory_mb is not None and not MIN_MEMORY_MB <= memory_mb <= _machine_memory_mb():
+        raise UsageError(f"--memory must be between {MIN_MEMORY_MB} and {_machine_memory_mb()} MiB, got {memory_mb}")
     path = Path(path).resolve()
-    if not path.is_file():
+    problem = file_problem(path)
+    if problem == "is missing":
         raise UsageError(f"no such file: {path} (run `python practice/judge.py start {ex.number}` "
                          "first, or pass --file)")
+    if problem is not None:
+        raise UsageError(f"{_display_path(path)} {problem}")
     tests_bytes = ex.tests.read_bytes()
     runner_bytes, proxy_bytes = (PRACTICE / "runner.py").read_bytes(), (PRACTICE / "proxy.py").read_bytes()
     tests_source = tests_bytes.decode("utf-8")
     seal = load_seal()
-    judged: dict[str, str | bool] = {"file_sha256": _sha(path.read_bytes()), "tests_sha256": _sha(tests_bytes),
+    try:
+        file_sha = _sha(read_regular(path))
+    except OSError as exc:   # replaced by a pipe or a directory since the check above
+        raise UsageError(f"{_display_path(path)}: {exc}") from None
+    judged: dict[str, str | bool] = {"file_sha256": file_sha, "tests_sha256": _sha(tests_bytes),
                                      "runner_sha256": _sha(runner_bytes), "proxy_sha256": _sha(proxy_bytes),
                                      "runner": "isolated" if isolated else "in-child"}
     judged["sealed"] = (seal.get(_seal_key(ex.tests)) == judged["tests_sha256"]
@@ -504,100 +627,102 @@ def _judge_in_child(ex: Exercise, path: Path, tests_source: str, runner_bytes: b
     stderr_text = ""
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8", "PYTHONBREAKPOINT": "0"}
     home = tempfile.mkdtemp(prefix="judge_home_")   # the child's working directory: the only place it may write
-    while remaining and load_error is None:
-        secret = secrets.token_hex(32)
-        spec = {"tests": str(ex.tests), "tests_source": tests_source, "solution": str(path), "only": remaining,
-                "starter": str(ex.starter) if check_interface else None, "examples_only": examples_only,
-                "timeout": timeout, "memory_mb": memory_mb, "secret": secret, "home": home,
-                "runner_path": str(PRACTICE / "runner.py"), "runner_source": runner_bytes.decode("utf-8")}
-        with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as err:
-            proc = subprocess.Popen([sys.executable, "-c", runner.BOOTSTRAP], stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=err, cwd=home, env=env, text=True,
-                                    encoding="utf-8", errors="replace", start_new_session=(os.name == "posix"))
-            assert proc.stdin is not None
-            try:
-                proc.stdin.write(json.dumps(spec) + "\n")
-                proc.stdin.close()
-            except OSError:
-                pass   # the child died at once; reported below as a process that ended
-            lines: queue.Queue = queue.Queue()
-            threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
-            current: str | None = None
-            ready = False
-            ending: dict[str, Any] | None = None   # the event that ended this child
-            deadline = time.monotonic() + IMPORT_LIMIT
-            while ending is None:
+    try:
+        while remaining and load_error is None:
+            secret = secrets.token_hex(32)
+            spec = {"tests": str(ex.tests), "tests_source": tests_source, "solution": str(path), "only": remaining,
+                    "starter": str(ex.starter) if check_interface else None, "examples_only": examples_only,
+                    "timeout": timeout, "memory_mb": memory_mb, "secret": secret, "home": home,
+                    "runner_path": str(PRACTICE / "runner.py"), "runner_source": runner_bytes.decode("utf-8")}
+            with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as err:
+                proc = subprocess.Popen([sys.executable, "-c", runner.BOOTSTRAP], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=err, cwd=home, env=env, text=True,
+                                        encoding="utf-8", errors="replace", start_new_session=(os.name == "posix"))
+                assert proc.stdin is not None
                 try:
-                    line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
-                except queue.Empty:
-                    ending = {"event": "timeout", "test": current, "where": None}
-                    break
-                if line is None:
-                    ending = {"event": "died"}
-                    break
-                event = _read_event(line, secret)
-                if event is None:
-                    unsigned += 1   # written by the reader's code, not by the runner
-                    continue
-                kind = event.pop("event")
-                if kind == "imported":
-                    deadline = time.monotonic() + timeout * WALL_FACTOR + WALL_GRACE
-                elif kind == "load_error":
-                    load_error = event
-                    ending = {"event": "done"}
-                elif kind == "ready":
-                    ready = event.get("tests") == remaining
-                    if not ready:
+                    proc.stdin.write(json.dumps(spec) + "\n")
+                    proc.stdin.close()
+                except OSError:
+                    pass   # the child died at once; reported below as a process that ended
+                lines: queue.Queue = queue.Queue()
+                threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
+                current: str | None = None
+                ready = False
+                ending: dict[str, Any] | None = None   # the event that ended this child
+                deadline = time.monotonic() + IMPORT_LIMIT
+                while ending is None:
+                    try:
+                        line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+                    except queue.Empty:
+                        ending = {"event": "timeout", "test": current, "where": None}
+                        break
+                    if line is None:
                         ending = {"event": "died"}
-                    deadline = time.monotonic() + timeout * WALL_FACTOR + WALL_GRACE
-                elif kind == "start" and ready and current is None and event.get("test") in remaining:
-                    current = event["test"]
-                    deadline = time.monotonic() + timeout * WALL_FACTOR + WALL_GRACE
-                elif kind == "result" and current is not None and event.get("name") == current:
-                    results[current] = event
-                    remaining.remove(current)
-                    if first_failure and event.get("verdict") != runner.ACCEPTED:
-                        not_run_reason = f"skipped after the first failure, in {current}"
+                        break
+                    event = _read_event(line, secret)
+                    if event is None:
+                        unsigned += 1   # written by the reader's code, not by the runner
+                        continue
+                    kind = event.pop("event")
+                    if kind == "imported":
+                        deadline = time.monotonic() + timeout * WALL_FACTOR + WALL_GRACE
+                    elif kind == "load_error":
+                        load_error = event
                         ending = {"event": "done"}
-                    current = None
-                elif kind == "timeout" and event.get("test") == current:
-                    ending = {"event": kind, **event}
-                elif kind == "done" and ready:
-                    ending = {"event": kind}
-            _kill(proc)
-            err.seek(0)
-            stderr_text = (stderr_text + err.read(200_000))[-4000:]
-        if ending["event"] == "done":
-            break
-        if not ready:   # the file itself hung or killed the process while loading
+                    elif kind == "ready":
+                        ready = event.get("tests") == remaining
+                        if not ready:
+                            ending = {"event": "died"}
+                        deadline = time.monotonic() + timeout * WALL_FACTOR + WALL_GRACE
+                    elif kind == "start" and ready and current is None and event.get("test") in remaining:
+                        current = event["test"]
+                        deadline = time.monotonic() + timeout * WALL_FACTOR + WALL_GRACE
+                    elif kind == "result" and current is not None and event.get("name") == current:
+                        results[current] = event
+                        remaining.remove(current)
+                        if first_failure and event.get("verdict") != runner.ACCEPTED:
+                            not_run_reason = f"skipped after the first failure, in {current}"
+                            ending = {"event": "done"}
+                        current = None
+                    elif kind == "timeout" and event.get("test") == current:
+                        ending = {"event": kind, **event}
+                    elif kind == "done" and ready:
+                        ending = {"event": kind}
+                _kill(proc)
+                err.seek(0)
+                stderr_text = (stderr_text + err.read(200_000))[-4000:]
+            if ending["event"] == "done":
+                break
+            if not ready:   # the file itself hung or killed the process while loading
+                if ending["event"] == "timeout":
+                    load_error = {"verdict": runner.TIMEOUT,
+                                  "message": f"your file did not finish loading within {timeout:g} s "
+                                             "(an endless loop at module level?)", "where": ending.get("where")}
+                else:
+                    load_error = {"verdict": runner.RUNTIME, "message": "the Python process ended while "
+                                  f"loading your file (exit code {proc.returncode})"}
+                break
+            if current is None:   # between two tests: keep the results so far, stop there
+                not_run_reason = f"the Python process ended unexpectedly (exit code {proc.returncode})"
+                break
+            remaining.remove(current)
             if ending["event"] == "timeout":
-                load_error = {"verdict": runner.TIMEOUT,
-                              "message": f"your file did not finish loading within {timeout:g} s "
-                                         "(an endless loop at module level?)", "where": ending.get("where")}
+                where = ending.get("where")
+                failure = {"yours" if where and where["file"] == "your file" else "test": where} if where else None
+                results[current] = {"name": current, "verdict": runner.TIMEOUT, "failure": failure,
+                                    "message": f"did not finish within {timeout:g} s of CPU time (an endless loop?)",
+                                    "seconds": timeout}
+                not_run_reason = (f"skipped after the timeout in {current} (fix that one first; "
+                                  "each further endless loop would cost another time limit)")
             else:
-                load_error = {"verdict": runner.RUNTIME, "message": "the Python process ended while "
-                              f"loading your file (exit code {proc.returncode})"}
+                results[current] = {"name": current, "verdict": runner.RUNTIME, "failure": None,
+                                    "message": f"the Python process ended during this test (exit code "
+                                               f"{proc.returncode}): os._exit(), a crash, or out of memory",
+                                    "seconds": 0.0}
+                not_run_reason = f"skipped after the Python process ended in {current}"
             break
-        if current is None:   # between two tests: keep the results so far, stop there
-            not_run_reason = f"the Python process ended unexpectedly (exit code {proc.returncode})"
-            break
-        remaining.remove(current)
-        if ending["event"] == "timeout":
-            where = ending.get("where")
-            failure = {"yours" if where and where["file"] == "your file" else "test": where} if where else None
-            results[current] = {"name": current, "verdict": runner.TIMEOUT, "failure": failure,
-                                "message": f"did not finish within {timeout:g} s of CPU time (an endless loop?)",
-                                "seconds": timeout}
-            not_run_reason = (f"skipped after the timeout in {current} (fix that one first; "
-                              "each further endless loop would cost another time limit)")
-        else:
-            results[current] = {"name": current, "verdict": runner.RUNTIME, "failure": None,
-                                "message": f"the Python process ended during this test (exit code "
-                                           f"{proc.returncode}): os._exit(), a crash, or out of memory",
-                                "seconds": 0.0}
-            not_run_reason = f"skipped after the Python process ended in {current}"
-        break
-    shutil.rmtree(home, ignore_errors=True)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
     return results, load_error, not_run_reason, stderr_text, unsigned
 
 
@@ -757,6 +882,11 @@ def format_report(report: dict) -> str:
     if judged and not judged.get("sealed"):
         lines += ["", "  note: test.py, runner.py or proxy.py differs from the shipped version (practice/SHA256SUMS): "
                       "this verdict is not recorded"]
+    elif report.get("recorded"):
+        lines += ["", f"  recorded as accepted in {_display_path(report['record'])} (`list` shows it, `verify` "
+                      "re-judges it)"]
+    elif report.get("not_recorded"):
+        lines += ["", f"  not recorded: {report['not_recorded']}"]
     lines += ["", f"verdict: {_color(report['verdict'], VERDICT_COLOR.get(report['verdict'], '0'))}",
               report["summary"]]
     return "\n".join(lines)
@@ -967,13 +1097,35 @@ def _print_json(data: object) -> None:
 
 
 def positive_seconds(text: str) -> float:
-    """argparse type of --timeout: a number of seconds above zero."""
+    """argparse type of --timeout: a number of seconds above zero, up to MAX_TIMEOUT."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    if not 0 < value <= MAX_TIMEOUT:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds up to {MAX_TIMEOUT:g} "
+                                         f"(an hour per test), got {text}")
+    return value
+
+
+def _machine_memory_mb() -> int:
+    """This machine's memory in MiB (1 TiB where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
+    except (AttributeError, ValueError, OSError):
+        return 2**20
+
+
+def memory_mib(text: str) -> int:
+    """argparse type of --memory: MiB between MIN_MEMORY_MB and this machine's memory (the judge
+    reads the code's answers within the same amount, so an absurd limit is refused)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of MiB: {text!r}") from None
+    if not MIN_MEMORY_MB <= value <= _machine_memory_mb():
+        raise argparse.ArgumentTypeError(f"must be between {MIN_MEMORY_MB} and {_machine_memory_mb()} MiB "
+                                         f"(this machine's memory), got {text}")
     return value
 
 
@@ -1018,7 +1170,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--run", action="store_true", help="only the examples (test_example*)")
         p.add_argument("--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT,
                        help="seconds per test (default 10)")
-        p.add_argument("--memory", type=int, default=DEFAULT_MEMORY_MB, help="memory limit in MiB (default 2048)")
+        p.add_argument("--memory", type=memory_mib, default=DEFAULT_MEMORY_MB,
+                       help="memory limit in MiB (default 2048)")
         p.add_argument("--isolated", action="store_true",
                        help="the tests in the judge's process, your code behind a proxy (what verify uses; slower)")
         if name == "test":
@@ -1038,8 +1191,11 @@ def main(argv: list[str] | None = None) -> int:
     add("doctor", "Python, packages and tools the practice needs")
     args = parser.parse_args(argv)
     workspace = workspace_dir(args.workspace)
-    if args.command in ("verify", "check") or getattr(args, "isolated", False):
-        _start_zygote(args)
+    if args.command == "check" or getattr(args, "isolated", False):
+        try:
+            _start_zygote([get_exercise(args.exercise)] if getattr(args, "exercise", None) else find_exercises())
+        except UsageError:
+            pass   # reported by _dispatch
     try:
         return _dispatch(args, workspace)
     except UsageError as exc:
@@ -1050,14 +1206,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-def _start_zygote(args: argparse.Namespace) -> None:
+def _start_zygote(chosen: list[Exercise]) -> None:
     """Fork the copy of this process that the reader's processes are forked from, after importing
-    the libraries the tests import (exercise 01's torch): the children inherit them."""
+    the libraries the tests of ``chosen`` import (exercise 01's torch): the children inherit them.
+    Called before any thread starts (check's pool, the watchdog)."""
     proxy = _proxy()
-    try:
-        chosen = [get_exercise(args.exercise)] if getattr(args, "exercise", None) else find_exercises()
-    except UsageError:
-        return   # reported by _dispatch
     for ex in chosen:
         for name in runner._test_imports(ex.tests.read_text(encoding="utf-8")) if ex.tests.exists() else []:
             try:
@@ -1069,9 +1222,10 @@ def _start_zygote(args: argparse.Namespace) -> None:
 
 def _dispatch(args: argparse.Namespace, workspace: Path) -> int:
     if args.command == "list":
+        status = load_status(workspace)
         rows = [{"number": e.number, "title": e.title + (" (optional)" if e.optional else ""),
                  "difficulty": e.difficulty, "chapter": e.chapter, "optional": e.optional,
-                 "status": reader_status(e, workspace), "folder": e.name} for e in find_exercises()]
+                 "status": reader_status(e, workspace, status), "folder": e.name} for e in find_exercises()]
         if args.json:
             _print_json(rows)
         else:
@@ -1109,10 +1263,21 @@ def _dispatch(args: argparse.Namespace, workspace: Path) -> int:
         report = judge_file(ex, path, examples_only=args.run, timeout=args.timeout, memory_mb=args.memory,
                             isolated=args.isolated)
         accepted = report["verdict"] == runner.ACCEPTED and report["judged"]["sealed"]
-        if (args.command == "test" and accepted and not args.run
-                and Path(path).resolve() == ex.workspace_file(workspace).resolve()):
-            remember_accepted(workspace, ex, Path(path), report["judged"])
-            report["recorded"] = True
+        if args.command == "test" and accepted:
+            mine = ex.workspace_file(workspace)
+            if args.run:
+                why_not = (f"the examples alone are not an acceptance: `python practice/judge.py test {ex.number}` "
+                           "runs every test")
+            elif Path(path).resolve() != mine.resolve():
+                why_not = (f"only your workspace file ({_display_path(mine)}) is recorded; --file judges any file "
+                           "without recording it")
+            else:
+                why_not = remember_accepted(workspace, ex, Path(path), report["judged"])
+            report["recorded"] = why_not is None
+            if why_not is not None:
+                report["not_recorded"] = why_not
+            else:
+                report["record"] = str(workspace / STATUS_FILE)
         if args.json:
             _print_json(report)
         else:
@@ -1144,11 +1309,14 @@ def _dispatch(args: argparse.Namespace, workspace: Path) -> int:
             _print_json({"ok": ok, "records": rows})
         else:
             for r in rows:
-                print(f"{'holds  ' if r['holds'] else 'BROKEN '} {r['exercise']}  {_display_path(r['file'])}")
+                print(f"{ {'holds': 'holds  ', 'stale': 'stale  ', 'broken': 'BROKEN '}[r['state']]} {r['exercise']}  "
+                      f"{_display_path(r['file'])}")
                 for problem in r["problems"]:
-                    print(f"        ! {problem}")
-            print(f"\n{len(rows)} accepted record(s) checked: "
-                  f"{'all hold' if ok else 'some do not hold'}" if rows else "no accepted records")
+                    print(f"        {'!' if r['state'] == 'broken' else '-'} {problem}")
+            stale = sum(r["stale"] for r in rows)
+            summary = ("some do not hold" if not ok else "all hold" if not stale
+                       else f"all hold ({stale} stale but still accepted)")
+            print(f"\n{len(rows)} accepted record(s) checked: {summary}" if rows else "no accepted records")
         return 0 if ok else 1
 
     if args.command == "mutate":
@@ -1215,3 +1383,12 @@ if __name__ == "__main__":
     except BrokenPipeError:   # `judge.py ... | head`: the reader stopped reading, nothing is wrong
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)
+    except KeyboardInterrupt:
+        print("judge.py: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except Exception as exc:  # the judge ends with a verdict or one line, never a traceback
+        if os.environ.get("JUDGE_TRACEBACK"):
+            raise
+        print(f"judge.py: internal error: {type(exc).__name__}: {str(exc)[:300]} "
+              "(run with JUDGE_TRACEBACK=1 to see where, and please report it)", file=sys.stderr)
+        sys.exit(3)

@@ -57,6 +57,7 @@ import types
 from typing import Any, Callable, Iterable
 
 MAX_MESSAGE = 256 * 2**20          # bytes in one message from the child (a bigger one is refused)
+DEFAULT_BUDGET = 2048 * 2**20      # the judge's memory for one message, when no memory limit is given
 PRINT_LIMIT = 2000                 # characters of the learner's printing kept per test
 _HEADER = struct.Struct(">I")
 _TUPLE_FIELD = type(collections.namedtuple("_Pair", "a b").a)   # what a named tuple's field is (its getter)
@@ -340,8 +341,9 @@ def _fill(obj: Any, tag: str, items: list, values: list | None) -> None:
 class Link:
     """The judge's end of the pipe to one child: requests, answers, mirrors, callbacks."""
 
-    def __init__(self, send_fd: int, recv_fd: int, pid: int, wall_limit: float):
+    def __init__(self, send_fd: int, recv_fd: int, pid: int, wall_limit: float, budget: int = DEFAULT_BUDGET):
         self.send_fd, self.recv_fd, self.pid, self.wall_limit = send_fd, recv_fd, pid, wall_limit
+        self.budget = budget                  # bytes the judge may spend on one message: the child's own limit
         self.buffer = bytearray()
         self.objects: dict[int, Any] = {}     # handle -> mirror (the child keeps the object as long)
         self.handles: dict[int, int] = {}     # id(mirror) -> handle
@@ -358,13 +360,21 @@ class Link:
     # -- the wire ----------------------------------------------------------------------------
 
     def send(self, message: list) -> None:
+        """Write one message. A child that stops reading (a callback's reply of megabytes the code
+        never reads) would block the write forever: the watchdog ends it after ``wall_limit``."""
         data = self._encode_json(message).encode("utf-8")
-        data = _HEADER.pack(len(data)) + data
+        view = memoryview(_HEADER.pack(len(data)) + data)
+        self.wall_deadline = time.monotonic() + self.wall_limit
         try:
-            while data:
-                data = data[os.write(self.send_fd, data):]
+            while view:
+                view = view[os.write(self.send_fd, view):]
         except OSError:
+            if self.wall_expired:
+                self.stop(JudgeStop("timeout", f"your code stopped reading the judge's messages: no progress within "
+                                               f"{self.wall_limit:g} s of wall-clock time"))
             self._stop_dead()
+        finally:
+            self.wall_deadline = float("inf")
 
     def _fill_buffer(self, need: int) -> None:
         """Read until ``need`` bytes are buffered: a plain blocking read (no select per answer);
@@ -386,17 +396,31 @@ class Link:
             self.wall_deadline = float("inf")
 
     def receive(self) -> Any:
+        """The next message, decoded. Its memory is bounded by ``budget`` (what the child may use):
+        the frame and its text take twice its size, and the objects the JSON decoder builds are
+        counted before it runs (``decoded_size``: ~70 bytes per ``[]``), so a frame of empty lists
+        is refused rather than decoded into gigabytes."""
         self._fill_buffer(4)
         (size,) = _HEADER.unpack_from(self.buffer)
-        if size > MAX_MESSAGE:
-            self.stop(JudgeStop("runtime error", "your code returned a value too large to judge"))
+        if size > MAX_MESSAGE or 2 * size > self.budget:
+            self._too_large(2 * size)
         self._fill_buffer(4 + size)
-        data = self.buffer[4:4 + size]
-        del self.buffer[:4 + size]
+        buffer = self.buffer
+        need = 2 * size + decoded_size(buffer, 4, 4 + size)
+        if need > self.budget:
+            self._too_large(need)
         try:
-            return json.loads(data.decode("utf-8"))   # a str: no guessing of the encoding
+            with memoryview(buffer) as view:
+                text = str(view[4:4 + size], "utf-8")   # a str: no guessing of the encoding
+            del buffer[:4 + size]
+            return json.loads(text)
         except (ValueError, RecursionError):
             self.stop(JudgeStop("runtime error", "the child process wrote something that is not an answer"))
+
+    def _too_large(self, need: int) -> None:
+        self.stop(JudgeStop("runtime error", f"your code sent the judge a value too large to judge: reading it would "
+                                             f"take about {need / 2**20:,.0f} MiB, more than the "
+                                             f"{self.budget / 2**20:,.0f} MiB your code may use"))
 
     def stop(self, why: JudgeStop) -> None:
         if self.stopped is None:
@@ -456,9 +480,10 @@ class Link:
                     failure = self.stopped = JudgeStop("timeout", str(answer[1])[:500], where)
                 else:
                     raise ProtocolError(f"unknown answer {kind!r}")
-            except (ProtocolError, LookupError, TypeError, ValueError, AttributeError) as exc:
+            except Exception as exc:   # ProtocolError, a missing field, a value deeper than the recursion limit...
                 failure = self.stopped = self.stopped or JudgeStop(
-                    "runtime error", f"the child process answered something malformed ({type(exc).__name__}: {exc})")
+                    "runtime error", f"the child process answered something malformed ({type(exc).__name__}: "
+                                     f"{str(exc)[:200]})")
             raise failure
 
     def _printed(self, printed: object) -> None:
@@ -724,10 +749,22 @@ class Link:
         return exc
 
     def begin_test(self, timeout: float, output: Any) -> None:
-        """A test starts: the child's CPU clock gets ``timeout`` seconds; its printing goes to ``output``."""
+        """A test starts: the child's CPU clock gets ``timeout`` seconds; its printing goes to ``output``.
+        The only right answer is ["R", None, ...]: anything else (an error, an exception of the
+        code's, a load error) means the child's end of the protocol was tampered with, and the test
+        ends as a runtime error (JudgeStop) instead of an exception outside every test's guard."""
         self.callbacks.clear()
         self.output = output
-        self.request("begin", 0, float(timeout))
+        try:
+            value = self.request("begin", 0, float(timeout))
+        except (JudgeStop, KeyboardInterrupt, SystemExit):   # the real ones: only the judge's own
+            raise
+        except BaseException as exc:  # noqa: B036 -- whatever the child's answer became
+            value = exc
+        if value is not None:
+            self.stop(JudgeStop("runtime error", "the process of your code answered the start of a test with something "
+                                                 f"else ({type(value).__name__}): its end of the judge's pipe was "
+                                                 "tampered with"))
 
     def end_test(self) -> None:
         self.output = None
@@ -750,7 +787,9 @@ class _LazyWhere(dict):
             if self.link.stopped is None:
                 try:
                     self.update(_clean_where(self.link.request("why", 0, self.token)) or {})
-                except (JudgeStop, Exception):  # noqa: B014 -- a report without the learner's line
+                except (KeyboardInterrupt, SystemExit):   # the real ones: only the judge's own
+                    raise
+                except BaseException:  # noqa: B036 -- a report without the learner's line
                     pass
         return dict.get(self, key, default)
 
@@ -760,11 +799,23 @@ _FOREIGN: dict[tuple[str, type], type] = {}
 
 def _foreign_exception(name: str, base: type) -> type:
     """A stand-in class for an exception class of the learner's (same name, builtin base). A
-    KeyboardInterrupt or SystemExit of the learner's code becomes one too: never the real one."""
+    KeyboardInterrupt or SystemExit of the learner's code becomes one too: never the real one.
+    ``learner_exception`` tells the judge's own guards (runner.safe_repr) that it may be caught."""
     if (name, base) not in _FOREIGN:
         _FOREIGN[(name, base)] = type(name if name.isidentifier() else "LearnerException", (base,),
-                                      {"__module__": "your file"})
+                                      {"__module__": "your file", "learner_exception": True})
     return _FOREIGN[(name, base)]
+
+
+def decoded_size(data: bytes | bytearray, start: int = 0, end: int | None = None) -> int:
+    """An upper bound of the memory (bytes) json.loads needs for the objects of ``data[start:end]``,
+    counted without decoding: each container (``[``, ``{``) up to ~80 bytes, each other item (a
+    comma separates items) up to ~44 (a pointer and an int or float), each string ~50 plus its text."""
+    end = len(data) if end is None else end
+    containers = data.count(b"[", start, end) + data.count(b"{", start, end)
+    items = data.count(b",", start, end) + 1
+    strings = data.count(b'"', start, end) // 2
+    return 80 * containers + 44 * items + 50 * strings + (end - start)
 
 
 def _clean_where(where: object) -> dict | None:
@@ -1694,7 +1745,8 @@ def child_main(spec: dict, runner: types.ModuleType, in_fd: int, out_fd: int, pe
 def start(spec: dict, *, runner_module: str, wall_limit: float = 60.0, load_wall_limit: float = 180.0,
           stderr: Any = None) -> tuple[Link, dict | None]:
     """Start a learner's process for ``spec`` (see child_main); return its Link and its load
-    error (or None). ``runner_module``: the name runner.py has in sys.modules."""
+    error (or None). ``runner_module``: the name runner.py has in sys.modules. The judge spends
+    on one message of the child's at most what the child may use (``spec["memory_mb"]``)."""
     start_zygote()
     to_child_r, to_child_w = os.pipe()
     from_child_r, from_child_w = os.pipe()
@@ -1714,7 +1766,8 @@ def start(spec: dict, *, runner_module: str, wall_limit: float = 60.0, load_wall
     finally:
         for fd in (to_child_r, from_child_w) + (() if stderr is not None else (err_fd,)):
             os.close(fd)
-    link = Link(to_child_w, from_child_r, pid, load_wall_limit)
+    link = Link(to_child_w, from_child_r, pid, load_wall_limit,
+                budget=int(spec["memory_mb"]) * 2**20 if spec.get("memory_mb") else DEFAULT_BUDGET)
     link.send({**spec, "runner_module": runner_module})
     answer_ = _first_answer(link)
     link.wall_limit = wall_limit
@@ -1739,7 +1792,7 @@ def _first_answer(link: Link) -> dict | None:
         return {"verdict": "timeout", "message": "your file did not finish loading within the time limit "
                                                  "(an endless loop at module level?)",
                 "where": cleaned.get("yours") if cleaned else None}
-    if isinstance(answer, list) and answer[:1] == ["L"] and isinstance(answer[1], dict):
+    if isinstance(answer, list) and len(answer) == 2 and answer[0] == "L" and isinstance(answer[1], dict):
         info = answer[1]
         verdict = info.get("verdict") if info.get("verdict") in ("compile error", "runtime error") else "runtime error"
         clean: dict[str, Any] = {"verdict": verdict, "message": str(info.get("message", ""))[:2000]}
@@ -1751,7 +1804,9 @@ def _first_answer(link: Link) -> dict | None:
         if isinstance(info.get("missing"), list):
             clean["missing"] = [str(m)[:300] for m in info["missing"][:50]]
         return clean
-    return {"verdict": "runtime error", "message": "the child process did not answer as expected"}
+    link.stopped = JudgeStop("runtime error", "the child process did not answer as expected")
+    return {"verdict": "runtime error", "message": "the child process did not answer as expected (its end of the "
+                                                   "judge's pipe was tampered with)"}
 
 
 def close(link: Link) -> None:

@@ -169,6 +169,10 @@ def safe_repr(value: object, limit: int = REPR_LIMIT) -> str:
         text = _REPR.repr(value)
     except Exception as exc:  # a broken __repr__ in the reader's code must not break the judge
         text = f"<repr failed: {type(exc).__name__}: {exc}>"
+    except BaseException as exc:  # noqa: B036 -- exit() in a __repr__: the reader's, in the child or by proxy
+        if not (_STATE["child"] or getattr(type(exc), "learner_exception", False)):
+            raise   # the judge's own: Ctrl-C, or the watchdog ending a test
+        text = f"<repr failed: {type(exc).__name__}>"
     return _truncate(text, limit)
 
 

@@ -742,8 +742,16 @@ def test_verify_holds_for_honest_records_and_reports_forged_or_edited_ones(tmp_p
     mine.write_text(mine.read_text() + "\n# edited after the verdict\n")
     listed = {r["number"]: r["status"] for r in json.loads(_run_copy(copy, "list", "--json", workspace=workspace).stdout)}
     assert listed["23"] == "accepted (stale: your file changed since)"
-    verified = _run_copy(copy, "verify", "23", workspace=workspace)
-    assert verified.returncode == 1 and "your file changed since it was recorded" in verified.stdout
+    verified = _run_copy(copy, "verify", "23", workspace=workspace)   # a comment added: stale, still accepted
+    assert verified.returncode == 0 and "BROKEN" not in verified.stdout, verified.stdout
+    assert re.search(r"^stale\s+23 ", verified.stdout, re.M) and "your file changed since it was recorded" in verified.stdout
+    assert "still accepted now: run `python practice/judge.py test 23` to refresh the record" in verified.stdout
+    mine.write_text(mine.read_text() + "\nlongest_cache_hit = None\n")
+    verified = _run_copy(copy, "verify", "23", "--json", workspace=workspace)   # now the verdict changed: BROKEN
+    [row] = json.loads(verified.stdout)["records"]
+    assert verified.returncode == 1 and row["state"] == "broken" and not row["holds"], row
+    assert "your file changed since it was recorded" in row["problems"]
+    assert any(p.startswith("judged again now: runtime error") for p in row["problems"]), row["problems"]
 
 
 def test_tests_rewritten_with_their_seal_are_caught_by_verify_from_a_fresh_copy(tmp_path, workspace):
@@ -1098,3 +1106,219 @@ def test_weak_tests_leave_survivors_and_stale_declarations_are_reported(tmp_path
     assert "block_hashes: 'hashes.append(parent)' -> 'pass'" not in result["survivors"], "an empty list is caught"
     assert result["stale_declarations"] == ["block_hashes: no such mutant"]
     assert result["killed"] + len(result["survivors"]) == result["generated"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Hostile answers, files and flags (issue 38): the judge ends with a verdict or a one-line error,
+# never a traceback or a hang, and its memory stays within what the learner's code may use.
+
+FORGE = """\
+import json as _json, os as _os
+
+
+def _forge(*messages, raw=b""):
+    \"\"\"Write answers in the proxy's framing to every descriptor: one of them is the judge's pipe.\"\"\"
+    data = b"".join(len(m).to_bytes(4, "big") + m for m in (_json.dumps(x).encode() for x in messages)) + raw
+    for fd in range(3, 30):
+        try:
+            _os.write(fd, data)
+        except OSError:
+            pass
+"""
+
+
+def _no_traceback(proc: subprocess.CompletedProcess) -> None:
+    assert "Traceback" not in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]
+
+
+HOSTILE_BEGIN_ANSWERS = {
+    "error answer": ["E", "ValueError", ["ValueError", "Exception", "BaseException"], "no", None, [], None],
+    "interrupt-derived": ["E", "Stop", ["KeyboardInterrupt", "BaseException"], "bye", None, [], None],
+    "load-error answer": ["L"],
+}
+
+
+@pytest.mark.parametrize("answer", list(HOSTILE_BEGIN_ANSWERS), ids=lambda a: a.replace(" ", "-"))
+def test_a_hostile_answer_to_the_start_of_a_test_is_a_verdict(tmp_path, workspace, answer):
+    """The code patches its own process's server so that the request starting the first test is
+    answered with an error, a KeyboardInterrupt-derived exception or a load error: the test ends
+    as a runtime error, the judge does not crash."""
+    path = write(tmp_path / "hostile_begin.py", REFERENCE_21 + textwrap.dedent(f"""\
+        import sys
+        _proxy = sys.modules["practice_proxy"]
+        _real_answer, _begins = _proxy._Server.answer, [0]
+
+        def _answer(self, op, message):
+            if op == "begin":
+                _begins[0] += 1
+                if _begins[0] == 2:          # the first test's (the first is test.py's loading)
+                    return self.send({HOSTILE_BEGIN_ANSWERS[answer]!r})
+            return _real_answer(self, op, message)
+
+        _proxy._Server.answer = _answer
+        """))
+    proc = run("test", "21", "--isolated", "--json", "--file", str(path), workspace=workspace)
+    _no_traceback(proc)
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 1 and report["verdict"] == "runtime error", report["verdict"]
+    bad = [t for t in report["tests"] if t["verdict"] == "runtime error"]
+    assert bad and ("start of a test" in bad[0]["message"] or "malformed" in bad[0]["message"]), bad[:1]
+
+
+def test_a_malformed_first_answer_is_a_verdict(tmp_path, workspace):
+    """['L'] (a load error without its description) written before the child's own first answer."""
+    path = write(tmp_path / "hostile_first.py", FORGE + "\n_forge(['L'])\n" + REFERENCE_21)
+    proc = run("test", "21", "--isolated", "--json", "--file", str(path), workspace=workspace)
+    _no_traceback(proc)
+    assert proc.returncode == 1 and json.loads(proc.stdout)["verdict"] == "runtime error"
+
+
+@BOTH_RUNNERS
+def test_exit_inside_the_learners_repr_is_a_verdict(tmp_path, workspace, runner_args):
+    """A wrong tree whose __repr__ calls exit(): describing the failure (the test's locals hold the
+    tree) must not end the judge, nor turn a wrong answer into a crash."""
+    wrong = mistake_file("32", "no_parent_push", tmp_path)
+    wrong.write_text(wrong.read_text() + "\n\ndef _bye(self):\n    exit()\n\n\nRadixCache.__repr__ = _bye\n")
+    proc = run("test", "32", *runner_args, "--json", "--file", str(wrong), workspace=workspace)
+    _no_traceback(proc)
+    report = json.loads(proc.stdout)
+    assert report["verdict"] == "wrong answer", report["summary"]
+    shown = [v for t in report["tests"] for v in ((t.get("failure") or {}).get("test") or {}).get("locals", {}).values()]
+    assert any("repr failed: SystemExit" in v for v in shown), shown
+
+
+def _judge_short_wall(path: Path, number: str, tmp_path: Path, timeout: float = 0.2) -> tuple[dict, float]:
+    """judge_file(..., isolated=True) in a fresh process with the wall-clock backstop shortened
+    (factor 1, grace 2 s): (the report, seconds to it). A hang fails the test instead of blocking it."""
+    import time
+    script = textwrap.dedent(f"""\
+        import importlib.util, json, sys
+        spec = importlib.util.spec_from_file_location("practice_judge", {str(JUDGE)!r})
+        judge = importlib.util.module_from_spec(spec)
+        sys.modules["practice_judge"] = judge
+        spec.loader.exec_module(judge)
+        judge.WALL_FACTOR, judge.WALL_GRACE = 1, 2.0
+        report = judge.judge_file(judge.get_exercise({number!r}), {str(path)!r}, timeout={timeout}, isolated=True)
+        print(json.dumps(report))
+        """)
+    start = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=str(tmp_path), start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        proc.communicate()
+        pytest.fail("the judge hung (no verdict within 90 s)")
+    assert "Traceback" not in out + err, err[-3000:]
+    return json.loads(out), time.monotonic() - start
+
+
+def test_a_child_that_stops_reading_a_callbacks_reply_is_a_timeout(tmp_path):
+    """The code asks for a test object's method whose reply is 4 MB (random.Random.randbytes), then
+    sleeps instead of reading it: the judge's write would block forever; the wall-clock backstop
+    covers writes as well as reads."""
+    reference = (PRACTICE / "72_dynamo_cost_temperature" / "solution.py").read_text()
+    path = write(tmp_path / "stops_reading.py", reference + FORGE + textwrap.dedent("""\
+        import time
+
+        def select_worker(workers, isl_tokens, block_size, *, overlap_weight=1.0, temperature=0.0, rng=None):
+            try:
+                rng.getrandbits(1)           # a real random.Random of the test's (not a scripted Draw)
+            except Exception:
+                return 0
+            _forge(["C", object.__getattribute__(rng, "_index"), [3_000_000], [], None, "randbytes"])
+            time.sleep(3600)
+        """))
+    report, seconds = _judge_short_wall(path, "72", tmp_path)
+    stuck = [t for t in report["tests"] if t["verdict"] == "timeout"]
+    assert stuck and "wall-clock" in stuck[0]["message"], [(t["name"], t["verdict"], t["message"]) for t in report["tests"]]
+    assert seconds < 60
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_verify_and_list_on_a_named_pipe_or_a_directory(tmp_path, workspace, kind):
+    """The recorded file replaced by a named pipe (reading it would wait for a writer forever) or a
+    directory: `verify` reports the record, `list` shows the exercise, neither hangs nor crashes."""
+    run("start", "23", workspace=workspace)
+    mine = workspace / "23_lookup_last_token.py"
+    mine.write_text((PRACTICE / "23_lookup_last_token" / "solution.py").read_text())
+    assert run("test", "23", workspace=workspace).returncode == 0
+    mine.unlink()
+    os.mkfifo(mine) if kind == "fifo" else mine.mkdir()
+    verified = run("verify", "--json", workspace=workspace, timeout=60)
+    _no_traceback(verified)
+    [row] = json.loads(verified.stdout)["records"]
+    assert verified.returncode == 1 and not row["holds"] and any("not a regular file" in p for p in row["problems"])
+    listed = run("list", "--json", workspace=workspace, timeout=60)
+    _no_traceback(listed)
+    assert {r["number"]: r["status"] for r in json.loads(listed.stdout)}["23"].startswith("accepted (stale")
+    judged = run("test", "23", workspace=workspace, timeout=60)
+    _no_traceback(judged)
+    assert judged.returncode == 2 and "not a regular file" in judged.stderr
+
+
+def _peak_rss_mb(*args: str, workspace: Path) -> tuple[subprocess.CompletedProcess, float]:
+    """Run judge.py in a helper process; return it and the largest resident size of that judge and
+    every process it waited for (the learner's child, limited by --memory, included), in MB."""
+    script = textwrap.dedent(f"""\
+        import json, os, resource, subprocess, sys
+        proc = subprocess.run([sys.executable, {str(JUDGE)!r}, *{list(args)!r}], capture_output=True, text=True,
+                              env={{**os.environ, "NANO_ENGINE_WORKSPACE": {str(workspace)!r}}}, timeout=600)
+        print(json.dumps([proc.returncode, proc.stdout, proc.stderr,
+                          resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024]))
+        """)
+    code, out, err, peak = json.loads(subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                                                     timeout=700).stdout)
+    return subprocess.CompletedProcess(args, code, out, err), peak
+
+
+def test_a_huge_frame_of_empty_lists_is_refused_within_the_learners_memory(tmp_path, workspace):
+    """A 24 MiB answer of `[[], [], ...]` costs the JSON decoder ~700 MB (64 bytes per empty list):
+    the judge refuses a frame whose decoding would need more than the code's own memory limit
+    (here --memory 256), so its peak stays near an honest run's."""
+    path = write(tmp_path / "frame.py", FORGE + textwrap.dedent("""\
+        def block_hashes(token_ids, block_size):
+            body = b'["R",["l",[' + b"[]," * (8 * 2**20) + b'[]]],[],null,[]]'
+            _forge(raw=len(body).to_bytes(4, "big") + body)
+            return []
+        """))
+    proc, peak = _peak_rss_mb("test", "21", "--isolated", "--memory", "256", "--run", "--json", "--file", str(path),
+                              workspace=workspace)
+    _no_traceback(proc)
+    report = json.loads(proc.stdout)
+    assert report["verdict"] == "runtime error" and "too large" in report["tests"][0]["message"], report["tests"][0]
+    assert peak < 256, f"the judge peaked at {peak:.0f} MB"
+
+
+BAD_STATUS = {"list": "[]", "null": "null", "string": '"accepted"', "number": "21", "deep": "[" * 100_000 + "]" * 100_000,
+              "deep record": '{"21": ' + "[" * 100_000 + "]" * 100_000 + "}", "not json": "{'21': 1"}
+
+
+@pytest.mark.parametrize("content", list(BAD_STATUS), ids=lambda c: c.replace(" ", "-"))
+def test_a_status_file_that_is_not_a_record_is_a_one_line_error(workspace, content):
+    workspace.mkdir()
+    (workspace / judge.STATUS_FILE).write_text(BAD_STATUS[content])
+    listed = run("list", workspace=workspace)
+    _no_traceback(listed)
+    assert listed.returncode == 0 and "not started" in listed.stdout
+    verified = run("verify", workspace=workspace)
+    _no_traceback(verified)
+    assert verified.returncode == 2 and judge.STATUS_FILE in verified.stderr
+    assert len(verified.stderr.strip().splitlines()) == 1, verified.stderr
+
+
+@pytest.mark.parametrize("args", [("--timeout", "1e9"), ("--isolated", "--timeout", "1e20"), ("--memory", "0"),
+                                  ("--memory", "-5"), ("--memory", str(2**40))], ids=" ".join)
+def test_absurd_limits_are_refused_in_one_line(tmp_path, workspace, args):
+    """A time or memory limit no run can use is refused (exit 2, one line naming the option), and
+    nothing is left in the temporary folder."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "NANO_ENGINE_WORKSPACE": str(workspace), "NO_COLOR": "1", "TMPDIR": str(scratch)}
+    proc = subprocess.run([sys.executable, str(JUDGE), "solution", "21", *args], capture_output=True, text=True,
+                          env=env, timeout=120)
+    _no_traceback(proc)
+    assert proc.returncode == 2, proc.stdout[-2000:]
+    assert args[-2] in proc.stderr.strip().splitlines()[-1], proc.stderr   # argparse: its usage, then one line
+    assert list(scratch.iterdir()) == [], "the judge left its temporary folders behind"
