@@ -344,6 +344,7 @@ class Link:
     def __init__(self, send_fd: int, recv_fd: int, pid: int, wall_limit: float, budget: int = DEFAULT_BUDGET):
         self.send_fd, self.recv_fd, self.pid, self.wall_limit = send_fd, recv_fd, pid, wall_limit
         self.budget = budget                  # bytes the judge may spend on one message: the child's own limit
+        self.received = 0                     # bytes of messages so far (the mirrors they made stay in the judge)
         self.buffer = bytearray()
         self.objects: dict[int, Any] = {}     # handle -> mirror (the child keeps the object as long)
         self.handles: dict[int, int] = {}     # id(mirror) -> handle
@@ -399,11 +400,16 @@ class Link:
         """The next message, decoded. Its memory is bounded by ``budget`` (what the child may use):
         the frame and its text take twice its size, and the objects the JSON decoder builds are
         counted before it runs (``decoded_size``: ~70 bytes per ``[]``), so a frame of empty lists
-        is refused rather than decoded into gigabytes."""
+        is refused rather than decoded into gigabytes. What the judge keeps (the mirrors) is bounded
+        too: all messages of a run together may not exceed ``budget / 16``."""
         self._fill_buffer(4)
         (size,) = _HEADER.unpack_from(self.buffer)
         if size > MAX_MESSAGE or 2 * size > self.budget:
             self._too_large(2 * size)
+        self.received += 4 + size
+        if self.received > self.budget // 16:   # mirrors cost the judge up to ~8 bytes per byte received
+            self.stop(JudgeStop("runtime error", f"your code sent the judge more than {self.budget / 2**24:,.0f} MiB "
+                                                 "in this run, too much to mirror (an honest run sends a few MB)"))
         self._fill_buffer(4 + size)
         buffer = self.buffer
         need = 2 * size + decoded_size(buffer, 4, 4 + size)

@@ -1287,7 +1287,8 @@ def test_a_huge_frame_of_empty_lists_is_refused_within_the_learners_memory(tmp_p
                               workspace=workspace)
     _no_traceback(proc)
     report = json.loads(proc.stdout)
-    assert report["verdict"] == "runtime error" and "too large" in report["tests"][0]["message"], report["tests"][0]
+    assert report["verdict"] == "runtime error", report["summary"]
+    assert "your code sent the judge" in report["tests"][0]["message"], report["tests"][0]
     assert peak < 256, f"the judge peaked at {peak:.0f} MB"
 
 
@@ -1322,3 +1323,28 @@ def test_absurd_limits_are_refused_in_one_line(tmp_path, workspace, args):
     assert proc.returncode == 2, proc.stdout[-2000:]
     assert args[-2] in proc.stderr.strip().splitlines()[-1], proc.stderr   # argparse: its usage, then one line
     assert list(scratch.iterdir()) == [], "the judge left its temporary folders behind"
+
+
+def test_what_the_judge_mirrors_is_bounded_too(tmp_path, workspace):
+    """Forty 1 MiB messages, each a new mirrored list of 120,000 empty lists (~8 MB each in the
+    judge): what a run sends in all is bounded by the code's memory limit (here --memory 256), so
+    the judge stops the run before it keeps hundreds of MB."""
+    reference = (PRACTICE / "72_dynamo_cost_temperature" / "solution.py").read_text()
+    path = write(tmp_path / "many_mirrors.py", reference + FORGE + textwrap.dedent("""\
+        _reference = select_worker
+
+        def select_worker(workers, isl_tokens, block_size, *, overlap_weight=1.0, temperature=0.0, rng=None):
+            if rng is not None:
+                index = object.__getattribute__(rng, "_index")
+                for i in range(40):
+                    _forge(["C", index, [], [[10_000_000 + i, "l", [["l", []]] * 120_000]], None, "random"])
+            return _reference(workers, isl_tokens, block_size, overlap_weight=overlap_weight,
+                              temperature=temperature, rng=rng)
+        """))
+    proc, peak = _peak_rss_mb("test", "72", "--isolated", "--memory", "256", "--run", "--json", "--file", str(path),
+                              workspace=workspace)
+    _no_traceback(proc)
+    report = json.loads(proc.stdout)
+    assert report["verdict"] == "runtime error", report["summary"]
+    assert any("too much to mirror" in t["message"] for t in report["tests"]), [t["message"] for t in report["tests"]]
+    assert peak < 256, f"the judge peaked at {peak:.0f} MB"
