@@ -35,6 +35,7 @@ import ast
 import concurrent.futures
 import dataclasses
 import doctest
+import functools
 import hashlib
 import hmac
 import importlib.metadata
@@ -631,6 +632,7 @@ def _judge_in_child(ex: Exercise, path: Path, tests_source: str, runner_bytes: b
         while remaining and load_error is None:
             secret = secrets.token_hex(32)
             spec = {"tests": str(ex.tests), "tests_source": tests_source, "solution": str(path), "only": remaining,
+                "seal_package": runner.PACKAGE not in tests_source, "package_dir": package_dir(),
                     "starter": str(ex.starter) if check_interface else None, "examples_only": examples_only,
                     "timeout": timeout, "memory_mb": memory_mb, "secret": secret, "home": home,
                     "runner_path": str(PRACTICE / "runner.py"), "runner_source": runner_bytes.decode("utf-8")}
@@ -726,6 +728,18 @@ def _judge_in_child(ex: Exercise, path: Path, tests_source: str, runner_bytes: b
     return results, load_error, not_run_reason, stderr_text, unsigned
 
 
+@functools.lru_cache(maxsize=1)
+def package_dir() -> str | None:
+    """The folder of the package the exercises are about (nano_engine), found without importing
+    it: the reader's process is sealed off from it (runner.seal_off_package)."""
+    try:
+        spec = importlib.util.find_spec(runner.PACKAGE)
+    except (ImportError, ValueError):
+        return None
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    return str(locations[0]) if locations else None
+
+
 _LOAD_LOCK = threading.Lock()   # `import solution_under_test` while test.py loads: one file at a time
 
 
@@ -737,6 +751,7 @@ def _judge_isolated(ex: Exercise, path: Path, tests_source: str, names: list[str
     wall = timeout * WALL_FACTOR + WALL_GRACE
     spec = {"solution": str(path), "starter": str(ex.starter) if check_interface else None,
             "preload": runner._test_imports(tests_source), "timeout": timeout, "memory_mb": memory_mb,
+            "package_dir": package_dir(),
             "cpu_total": IMPORT_LIMIT + timeout * (len(names) + 2)}
     results: dict[str, dict] = {}
     load_error: dict | None = None
@@ -830,7 +845,7 @@ def _color(text: str, code: str) -> str:
 
 
 VERDICT_COLOR = {runner.ACCEPTED: "32", runner.WRONG: "31", runner.RUNTIME: "35",
-                 runner.COMPILE: "35", runner.TIMEOUT: "33", NOT_RUN: "2"}
+                 runner.COMPILE: "35", runner.TIMEOUT: "33", runner.REFUSED: "31", NOT_RUN: "2"}
 
 
 def _display_path(path: str | Path) -> str:

@@ -58,6 +58,7 @@ from typing import Any, Callable, Iterable
 
 MAX_MESSAGE = 256 * 2**20          # bytes in one message from the child (a bigger one is refused)
 DEFAULT_BUDGET = 2048 * 2**20      # the judge's memory for one message, when no memory limit is given
+WRITE_STALL = 20.0                 # seconds of wall-clock time a write to the child may make no progress
 PRINT_LIMIT = 2000                 # characters of the learner's printing kept per test
 _HEADER = struct.Struct(">I")
 _TUPLE_FIELD = type(collections.namedtuple("_Pair", "a b").a)   # what a named tuple's field is (its getter)
@@ -365,14 +366,15 @@ class Link:
         never reads) would block the write forever: the watchdog ends it after ``wall_limit``."""
         data = self._encode_json(message).encode("utf-8")
         view = memoryview(_HEADER.pack(len(data)) + data)
-        self.wall_deadline = time.monotonic() + self.wall_limit
+        stall = min(self.wall_limit, WRITE_STALL)
         try:
             while view:
+                self.wall_deadline = time.monotonic() + stall   # reading a message costs the child next to nothing
                 view = view[os.write(self.send_fd, view):]
         except OSError:
             if self.wall_expired:
                 self.stop(JudgeStop("timeout", f"your code stopped reading the judge's messages: no progress within "
-                                               f"{self.wall_limit:g} s of wall-clock time"))
+                                               f"{stall:g} s of wall-clock time"))
             self._stop_dead()
         finally:
             self.wall_deadline = float("inf")
@@ -1699,7 +1701,8 @@ def child_main(spec: dict, runner: types.ModuleType, in_fd: int, out_fd: int, pe
     os.chdir(spec["home"])
     sys.dont_write_bytecode = True   # nothing written next to the learner's files
     _set_limits(spec.get("memory_mb"), float(spec.get("cpu_total") or 600))
-    for name in list(spec.get("preload") or []) + ["ctypes"]:   # ctypes: numpy imports it (then it is refused)
+    preload = [n for n in spec.get("preload") or [] if n.split(".")[0] != runner.PACKAGE]   # sealed off below
+    for name in preload + ["ctypes"]:   # ctypes: numpy imports it (then it is refused)
         try:
             __import__(name)
         except Exception:
@@ -1725,14 +1728,11 @@ def child_main(spec: dict, runner: types.ModuleType, in_fd: int, out_fd: int, pe
     server.timeout[0] = float(spec.get("timeout") or 10)
     server.deadline[0] = time.process_time() + server.timeout[0]
     sys.path.insert(0, os.path.dirname(os.path.abspath(spec["solution"])))   # a solution may span two files
-    runner._install_guard(spec["home"], trusted=[globals()])
+    sealed = runner.seal_off_package(spec.get("package_dir"))   # the tests run in the judge: nothing here needs it
+    runner._install_guard(spec["home"], trusted=[globals()], sealed=sealed)
     _thread.start_new_thread(watchdog, ())
     try:
-        module = runner.load_module(spec["solution"])
-        missing = runner.missing_names(module, spec["starter"]) if spec.get("starter") else []
-        if missing:
-            raise runner.LoadError({"verdict": runner.RUNTIME, "message": "missing: " + "; ".join(missing),
-                                    "missing": missing})
+        module = runner.load_solution(spec["solution"], spec.get("starter"))
     except runner.LoadError as exc:
         stderr.flush()
         server.send(["L", exc.info])
@@ -1800,15 +1800,17 @@ def _first_answer(link: Link) -> dict | None:
                 "where": cleaned.get("yours") if cleaned else None}
     if isinstance(answer, list) and len(answer) == 2 and answer[0] == "L" and isinstance(answer[1], dict):
         info = answer[1]
-        verdict = info.get("verdict") if info.get("verdict") in ("compile error", "runtime error") else "runtime error"
+        verdict = info.get("verdict") if info.get("verdict") in ("compile error", "runtime error", "refused") else (
+            "runtime error")
         clean: dict[str, Any] = {"verdict": verdict, "message": str(info.get("message", ""))[:2000]}
         if type(info.get("lineno")) is int:
             clean["lineno"] = info["lineno"]
         for key in ("line", "pointer"):
             if isinstance(info.get(key), str):
                 clean[key] = info[key][:2000]
-        if isinstance(info.get("missing"), list):
-            clean["missing"] = [str(m)[:300] for m in info["missing"][:50]]
+        for key in ("missing", "borrowed"):
+            if isinstance(info.get(key), list):
+                clean[key] = [str(m)[:300] for m in info[key][:50]]
         return clean
     link.stopped = JudgeStop("runtime error", "the child process did not answer as expected")
     return {"verdict": "runtime error", "message": "the child process did not answer as expected (its end of the "

@@ -16,12 +16,15 @@ Verdicts, per test and overall:
     runtime error  the code raised an exception (or a required function is missing)
     compile error  the file is not valid Python
     timeout        the test did not finish within the time limit (set by the child process)
+    refused        the file borrows its answer: it imports the package (nano_engine), or a
+                   name the exercise asks for is not defined in the file itself
 """
 
 from __future__ import annotations
 
 import ast
 import builtins
+import collections
 import contextlib
 import hashlib
 import itertools
@@ -34,7 +37,6 @@ import threading
 import time
 import traceback
 import types
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -60,8 +62,9 @@ def _json_default(value: object) -> str:
 
 SOLUTION_MODULE = "solution_under_test"   # test.py files import the reader's code under this name
 TESTS_MODULE = "exercise_tests"
-ACCEPTED, WRONG, RUNTIME, COMPILE, TIMEOUT = (
-    "accepted", "wrong answer", "runtime error", "compile error", "timeout")
+ACCEPTED, WRONG, RUNTIME, COMPILE, TIMEOUT, REFUSED = (
+    "accepted", "wrong answer", "runtime error", "compile error", "timeout", "refused")
+PACKAGE = "nano_engine"   # holds every mechanism the exercises ask for: a learner's file may not use it
 REPR_LIMIT = 240
 MAX_LOCALS = 20
 STDOUT_LIMIT = 2000
@@ -143,7 +146,7 @@ class _BoundedRepr(reprlib.Repr):
                  for k, v in itertools.islice(x.items(), self.maxdict)]
         return "{" + ", ".join(items) + (", ...}" if len(x) > self.maxdict else "}")
 
-    def repr_OrderedDict(self, x: OrderedDict, level: int) -> str:
+    def repr_OrderedDict(self, x: collections.OrderedDict, level: int) -> str:
         return f"OrderedDict({self.repr_dict(x, level)})"
 
     def repr_instance(self, x: object, level: int) -> str:
@@ -300,17 +303,28 @@ class LoadError(Exception):
         self.info = info
 
 
-def load_module(path: str | os.PathLike, name: str = SOLUTION_MODULE) -> types.ModuleType:
+def _read_source(path: str) -> str:
+    """The text of a regular file (opened without blocking: a named pipe put there cannot make the
+    reader wait); LoadError when it cannot be read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as f:
+            if not __import__("stat").S_ISREG(os.fstat(fd).st_mode):
+                raise OSError("not a regular file")
+            return f.read().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LoadError({"verdict": RUNTIME, "message": f"cannot read {path}: {exc}"}) from None
+
+
+def load_module(path: str | os.PathLike, name: str = SOLUTION_MODULE, source: str | None = None) -> types.ModuleType:
     """Compile and execute a Python file as a fresh module (no bytecode cache is written).
 
     Raises LoadError with verdict "compile error" for invalid Python and "runtime error" when
     the file raises while it is being executed (module-level code).
     """
     path = str(path)
-    try:
-        source = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise LoadError({"verdict": RUNTIME, "message": f"cannot read {path}: {exc}"}) from None
+    if source is None:
+        source = _read_source(path)
     try:
         code = compile(source, path, "exec")
     except SyntaxError as exc:
@@ -329,6 +343,8 @@ def load_module(path: str | os.PathLike, name: str = SOLUTION_MODULE) -> types.M
     except (Exception, SystemExit) as exc:
         where = _innermost(exc.__traceback__, path)
         info: dict[str, Any] = {"verdict": RUNTIME, "message": _exception_text(exc) + " (while loading the file)"}
+        if isinstance(exc, BorrowedAnswer):
+            info.update(verdict=REFUSED, message=str(exc))
         if where is not None:
             info.update(lineno=where[1], line=_source_line(path, where[1]))
         raise LoadError(info) from None
@@ -361,6 +377,120 @@ def missing_names(module: types.ModuleType, starter_path: str | os.PathLike) -> 
         elif method is not None and owner is not None and not hasattr(owner, method):
             missing.append(f"class `{name}` has no method `{method}` (expected: {signature})")
     return missing
+
+
+_IMPORTING_CALLS = frozenset({"import_module", "__import__", "exec", "eval", "compile", "find_spec", "run_module",
+                               "run_path", "spec_from_file_location", "reload", "getattr"})
+
+
+def _names_package(node: ast.AST) -> bool:
+    """A string constant in ``node`` that names the package or one of its modules."""
+    return any(isinstance(n, ast.Constant) and isinstance(n.value, str) and PACKAGE in n.value for n in ast.walk(node))
+
+
+def borrowed_imports(source: str, filename: str = "<your file>") -> list[tuple[int, str]]:
+    """Where the file takes code from the package, found without running it: ``import
+    nano_engine...``, ``from nano_engine... import``, ``importlib.import_module("nano_engine...")``,
+    ``__import__(...)``, ``exec``/``eval`` of such text, ``sys.modules["nano_engine..."]``, at
+    module level or inside a function. (line number, source line) pairs; the file must be valid
+    Python (a syntax error is reported as a compile error instead)."""
+    try:
+        tree = ast.parse(source, filename)
+    except (SyntaxError, ValueError):
+        return []
+    lines = source.splitlines()
+    found = []
+    for node in ast.walk(tree):
+        hit = False
+        if isinstance(node, ast.Import):
+            hit = any(a.name == PACKAGE or a.name.startswith(PACKAGE + ".") for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            hit = node.level == 0 and bool(node.module) and (
+                node.module == PACKAGE or node.module.startswith(PACKAGE + "."))   # type: ignore[union-attr]
+        elif isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+            hit = name in _IMPORTING_CALLS and any(_names_package(a) for a in [*node.args, *node.keywords])
+        elif isinstance(node, ast.Subscript):   # sys.modules["nano_engine.radix"]
+            value = node.value
+            hit = isinstance(value, ast.Attribute) and value.attr == "modules" and _names_package(node.slice)
+        if hit:
+            lineno = getattr(node, "lineno", 0)
+            found.append((lineno, lines[lineno - 1].strip() if 0 < lineno <= len(lines) else ""))
+    return sorted(set(found))
+
+
+def borrowed_message(where: str) -> str:
+    """The one paragraph that says why a borrowed answer is refused."""
+    return (f"your file {where}. The exercise asks you to write the mechanism yourself, and the package "
+            f"{PACKAGE} already holds it, so an answer that uses the package proves nothing and the judge does not "
+            f"run it. No exercise needs {PACKAGE}: define every function and class the exercise asks for in "
+            "your file (helpers of your own, in your file or beside it, are fine). To compare your code with "
+            "the package's, do that in a notebook or a scratch file, not in the file you hand in.")
+
+
+def _library_paths() -> tuple[str, ...]:
+    return tuple({os.path.normcase(sysconfig.get_paths()[k]) for k in ("stdlib", "platstdlib")})
+
+
+def borrowed_names(module: types.ModuleType, starter_path: str | os.PathLike) -> list[str]:
+    """The names the exercise asks for that the file does not define itself: a function or class
+    of the package (or built on one of its classes), or one imported from another file of the
+    reader's (``from helpers import RadixCache``). A class made by the standard library for the
+    file (a ``namedtuple``) counts as the file's own."""
+    problems = []
+    own = module.__name__
+    path = getattr(module, "__file__", None)
+    stdlib = _library_paths()
+    for name, method, _ in required_names(starter_path):
+        if method is not None:
+            continue
+        obj = getattr(module, name, None)
+        if obj is None:
+            continue   # missing_names says so
+        for _ in range(100):   # a decorated function: the one the decorator wraps
+            inner = getattr(obj, "__wrapped__", None) if not isinstance(obj, type) else None
+            if inner is None:
+                break
+            obj = inner
+        origin = getattr(obj, "__module__", None)
+        if not isinstance(origin, str):
+            origin = type(obj).__module__
+        bases = [k for k in getattr(obj, "__mro__", ()) if str(getattr(k, "__module__", "")).split(".")[0] == PACKAGE]
+        if origin.split(".")[0] == PACKAGE or bases:
+            what = f"{bases[0].__module__}.{bases[0].__qualname__}" if bases else f"{origin}.{name}"
+            problems.append(f"`{name}` is {'built on ' if bases and origin == own else ''}{what}")
+            continue
+        code = getattr(obj, "__code__", None)
+        if isinstance(code, types.CodeType) and path is not None and not _same_file(code.co_filename, path):
+            problems.append(f"`{name}` is defined in {code.co_filename}, not in your file")
+        elif origin != own and isinstance(obj, type):
+            source = getattr(sys.modules.get(origin), "__file__", None)
+            if isinstance(source, str) and not os.path.normcase(os.path.abspath(source)).startswith(stdlib):
+                problems.append(f"`{name}` is defined in {source}, not in your file")
+    return problems
+
+
+def load_solution(path: str | os.PathLike, starter_path: str | os.PathLike | None,
+                  name: str = SOLUTION_MODULE) -> types.ModuleType:
+    """Load the reader's file as the judge does before any test: refused (LoadError, verdict
+    "refused") when it imports the package (seen in its source, before it runs) or when a name the
+    exercise asks for is not its own; a runtime error when one is missing (``starter_path``)."""
+    source = _read_source(str(path))
+    imports = borrowed_imports(source, str(path))
+    if imports:
+        lineno, line = imports[0]
+        raise LoadError({"verdict": REFUSED, "lineno": lineno, "line": line,
+                         "message": borrowed_message(f"imports {PACKAGE} (line {lineno}: `{line}`)")})
+    module = load_module(path, name, source=source)
+    if starter_path:
+        missing = missing_names(module, starter_path)
+        if missing:
+            raise LoadError({"verdict": RUNTIME, "message": "missing: " + "; ".join(missing), "missing": missing})
+        borrowed = borrowed_names(module, starter_path)
+        if borrowed:
+            raise LoadError({"verdict": REFUSED, "message": borrowed_message("; ".join(borrowed)), "borrowed": borrowed})
+    return module
 
 
 # ast.parse must not run in several threads at once in CPython 3.11 (python/cpython#106905: "AST
@@ -476,6 +606,9 @@ def describe_failure(exc: BaseException, test_path: str, solution_path: str | No
         elif str(exc):
             failure["message"] = str(exc)
         message = failure.get("message") or "assertion failed"
+    elif type(exc).__name__ == BorrowedAnswer.__name__ and isinstance(exc, PermissionError):
+        verdict, message = REFUSED, str(exc)
+        failure["exception"] = type(exc).__name__
     else:
         verdict = RUNTIME
         message = _exception_text(exc)
@@ -602,10 +735,7 @@ def judge_in_process(test_path: str | os.PathLike, solution_path: str | os.PathL
     """Load a file and run the tests on it in this process (no time limit): the whole judge minus
     isolation, e.g. for a browser. Returns the same report shape as the child process produces."""
     try:
-        module = load_module(solution_path)
-        missing = missing_names(module, starter_path) if starter_path else []
-        if missing:
-            raise LoadError({"verdict": RUNTIME, "message": "missing: " + "; ".join(missing)})
+        module = load_solution(solution_path, starter_path)
     except LoadError as exc:
         return not_run_report(list_test_names(test_path, examples_only=examples_only), exc.info)
     return run_tests(test_path, module, examples_only=examples_only, solution_path=str(solution_path))
@@ -697,7 +827,33 @@ def _code_objects(namespace: dict) -> set[types.CodeType]:
     return found
 
 
-def _install_guard(home: str | None = None, trusted: Iterable[dict] = ()) -> None:
+class BorrowedAnswer(PermissionError):
+    """The reader's code reached for the package (an import, or a read of its files) in a process
+    sealed off from it: the verdict is "refused"."""
+
+
+def seal_off_package(package_dir: str | None) -> Callable[[str, tuple], None]:
+    """Take the package out of this process (a child that runs the reader's code and whose tests do
+    not need it): drop its modules, and return the audit check that refuses importing it again or
+    reading its files, however the code asks (``importlib.import_module`` and ``exec(open(...))``
+    included: both open the package's files)."""
+    for name in [n for n in sys.modules if n == PACKAGE or n.startswith(PACKAGE + ".")]:
+        del sys.modules[name]
+    real_dir = os.path.realpath(package_dir) if package_dir else None
+
+    def check(event: str, args: tuple) -> None:
+        if event == "import" and args and isinstance(args[0], str) and (
+                args[0] == PACKAGE or args[0].startswith(PACKAGE + ".")):
+            raise BorrowedAnswer(borrowed_message(f"imports {args[0]} while it runs"))
+        if event == "open" and real_dir and args and isinstance(args[0], (str, bytes)):
+            real = os.path.realpath(os.fsdecode(args[0]))
+            if real == real_dir or real.startswith(real_dir + os.sep):
+                raise BorrowedAnswer(borrowed_message(f"reads {PACKAGE}'s files while it runs"))
+    return check
+
+
+def _install_guard(home: str | None = None, trusted: Iterable[dict] = (),
+                   sealed: Callable[[str, tuple], None] | None = None) -> None:
     """An audit hook (PEP 578) that keeps frames, tracing and the garbage collector's object
     lists away from everything but this file. With a frame, code can walk up to the test
     functions and to the runner's locals and change a verdict; so ``sys._getframe``,
@@ -708,12 +864,17 @@ def _install_guard(home: str | None = None, trusted: Iterable[dict] = ()) -> Non
     ctypes, signals, opening anything under /proc (the process's own memory holds the secret
     that signs results), and writing or renaming files outside ``home``. ``trusted``: more
     namespaces whose code may use frames (proxy.py's server in the reader's process describes
-    tracebacks)."""
+    tracebacks). ``sealed``: the package's check (``seal_off_package``), in a process sealed off
+    from it."""
     import _thread
 
     runner_code = _code_objects(globals())   # identity, not file name: code can claim any file name
     for namespace in trusted:
         runner_code |= _code_objects(namespace)
+    # collections.namedtuple asks for its caller's frame only to read the caller's module name
+    # (the class's __module__): without it, a named tuple the reader's file makes would claim to be
+    # the standard library's, and the isolated runner would not mirror it as the file's own.
+    frame_readers = {collections.namedtuple.__code__}
     libraries = tuple({os.path.normcase(sysconfig.get_paths()[k]) for k in ("stdlib", "platstdlib", "purelib", "platlib")})
     inside: set[int] = set()   # threads currently inside the hook (its own frame access is allowed)
     get_ident, getframe = _thread.get_ident, sys._getframe
@@ -758,6 +919,8 @@ def _install_guard(home: str | None = None, trusted: Iterable[dict] = ()) -> Non
         return None
 
     def hook(event: str, args: tuple) -> None:
+        if sealed is not None:
+            sealed(event, args)
         why = refused(event, args)
         if why is not None:
             raise PermissionError(f"{why} is not allowed while the judge runs your code")
@@ -768,7 +931,7 @@ def _install_guard(home: str | None = None, trusted: Iterable[dict] = ()) -> Non
             return
         inside.add(me)
         try:
-            allowed = called_by_runner()
+            allowed = called_by_runner() or (event == "sys._getframe" and getframe(1).f_code in frame_readers)
         finally:
             inside.discard(me)
         if not allowed:   # a ValueError: namedtuple and typing fall back quietly when frames are missing
@@ -868,14 +1031,11 @@ def child_main(spec: dict) -> int:
     emit({"event": "imported"})   # from here on the time limit runs
     state["deadline"] = _cpu_clock() + timeout
     sys.path.insert(0, os.path.dirname(os.path.abspath(solution)))   # a solution may span two files
-    _install_guard(spec.get("home"))
+    sealed = seal_off_package(spec["package_dir"]) if spec.get("seal_package") else None
+    _install_guard(spec.get("home"), sealed=sealed)
     _thread.start_new_thread(watchdog, ())   # not a threading.Thread: nothing lists it for the reader
     try:
-        module = load_module(solution)
-        missing = missing_names(module, spec["starter"]) if spec.get("starter") else []
-        if missing:
-            raise LoadError({"verdict": RUNTIME, "message": "missing: " + "; ".join(missing),
-                             "missing": missing})
+        module = load_solution(solution, spec.get("starter"))
     except LoadError as exc:
         emit({"event": "load_error", **exc.info})
         return 0

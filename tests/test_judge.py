@@ -1348,3 +1348,74 @@ def test_what_the_judge_mirrors_is_bounded_too(tmp_path, workspace):
     assert report["verdict"] == "runtime error", report["summary"]
     assert any("too much to mirror" in t["message"] for t in report["tests"]), [t["message"] for t in report["tests"]]
     assert peak < 256, f"the judge peaked at {peak:.0f} MB"
+
+
+# ---------------------------------------------------------------------------------------------
+# An answer cannot be borrowed (issue 35.1): a file that imports nano_engine, or whose asked-for
+# names are not its own, is refused by `test` (both runners) and by `verify`
+
+BORROWED = {
+    "from-import": ("31", "from nano_engine.radix import RadixCache, Node\n"),
+    "subclass": ("32", "import nano_engine.radix\n\n\nclass Node(nano_engine.radix.Node):\n    pass\n\n\n"
+                       "class RadixCache(nano_engine.radix.RadixCache):\n    pass\n"),
+    "lazy-import": ("21", "def block_hashes(token_ids, block_size):\n"
+                          "    from nano_engine.hashing import block_hashes as theirs\n"
+                          "    return theirs(token_ids, block_size)\n"),
+    "import_module": ("21", "import importlib\n\n\ndef block_hashes(token_ids, block_size):\n"
+                            "    return importlib.import_module('nano_engine.hashing').block_hashes(token_ids, block_size)\n"),
+    "__import__": ("21", "def block_hashes(token_ids, block_size):\n"
+                         "    return __import__('nano_engine.hashing', fromlist=['x']).block_hashes(token_ids, block_size)\n"),
+    "computed-name": ("21", "import importlib\n\n\ndef block_hashes(token_ids, block_size):\n"
+                            "    name = 'nano_' + 'engine.hashing'\n"
+                            "    return importlib.import_module(name).block_hashes(token_ids, block_size)\n"),
+}
+
+
+@BOTH_RUNNERS
+@pytest.mark.parametrize("form", list(BORROWED))
+def test_an_answer_that_uses_the_package_is_refused(tmp_path, workspace, runner_args, form):
+    number, source = BORROWED[form]
+    path = write(tmp_path / f"borrowed_{number}.py", source)
+    proc = run("test", number, *runner_args, "--file", str(path), workspace=workspace)
+    _no_traceback(proc)
+    assert proc.returncode == 1 and "verdict: refused" in proc.stdout, proc.stdout[-2000:]
+    assert "proves nothing and the judge does not run it" in proc.stdout
+    why = "reads nano_engine's files while it runs" if form == "computed-name" else "your file imports nano_engine"
+    assert why in proc.stdout, proc.stdout[-2000:]
+
+
+@BOTH_RUNNERS
+def test_a_name_the_exercise_asks_for_must_be_defined_in_the_file(tmp_path, workspace, runner_args):
+    """`from helper import block_hashes` (a file of the learner's own, beside it): the asked-for
+    name comes from another module. A helper the file uses is fine (test_a_solution_over_two_files)."""
+    write(tmp_path / "helper_21.py", REFERENCE_21)
+    path = write(tmp_path / "reexport.py", "from helper_21 import block_hashes\n")
+    report = _judge_json("test", "21", *runner_args, "--file", str(path), workspace=workspace)
+    assert report["verdict"] == "refused", report["summary"]
+    assert "`block_hashes` is defined in" in report["load_error"]["message"]
+    assert "helper_21.py, not in your file" in report["load_error"]["message"]
+
+
+@BOTH_RUNNERS
+def test_a_namedtuple_of_the_files_own_is_its_own(tmp_path, workspace, runner_args):
+    """collections.namedtuple makes a class whose module the standard library sets: still the file's."""
+    reference = (PRACTICE / "62_load_back_decision" / "solution.py").read_text()
+    assert "class LoadPlan(NamedTuple):" in reference
+    path = write(tmp_path / "namedtuple_62.py", reference.replace(
+        "class LoadPlan(NamedTuple):", "import collections\nLoadPlan = collections.namedtuple("
+        "'LoadPlan', 'prefix_tokens load_tokens evict')\n\n\nclass _Unused(NamedTuple):"))
+    report = _judge_json("test", "62", *runner_args, "--file", str(path), workspace=workspace)
+    assert report["verdict"] == "accepted", (report["summary"], report.get("load_error"))
+
+
+def test_verify_refuses_a_recorded_answer_that_uses_the_package(tmp_path, workspace):
+    """A record of an acceptance (made before this check existed, or forged) whose file borrows
+    the answer: `verify` re-judges it and reports it BROKEN, refused."""
+    run("start", "23", workspace=workspace)
+    mine = workspace / "23_lookup_last_token.py"
+    mine.write_text((PRACTICE / "23_lookup_last_token" / "solution.py").read_text())
+    assert run("test", "23", workspace=workspace).returncode == 0
+    mine.write_text(mine.read_text() + "\nimport nano_engine.prefix_cache\n")
+    verified = run("verify", "--json", workspace=workspace)
+    [row] = json.loads(verified.stdout)["records"]
+    assert verified.returncode == 1 and row["state"] == "broken" and row["verdict"] == "refused", row
