@@ -11,7 +11,8 @@
     python practice/judge.py check                every exercise sound: reference accepted, starter and mistakes
                                                   rejected, worked examples right, no surviving mutant
     python practice/judge.py mutate 21            mutation testing of one exercise (all without a number)
-    python practice/judge.py seal                 record the hashes of runner.py and every test.py
+    python practice/judge.py seal                 record the hashes of runner.py, proxy.py, every test.py and
+                                                  every problem.md's worked examples
     python practice/judge.py verify [21]          re-judge what the workspace records as accepted
     python practice/judge.py doctor               Python, packages and optional tools
 
@@ -103,7 +104,7 @@ WALL_FACTOR, WALL_GRACE = 10, 20.0   # the child's CPU-time watchdog decides tim
 ISOLATED_TIME_FACTOR = 3     # the isolated runner's round trips are CPU time too (encoding, the mirrors' walk):
                              # its tests get 3x --timeout, so an honest file passes `verify` wherever it passes `test`
 STATUS_FILE = ".judge_status.json"
-SEAL_FILE = "SHA256SUMS"     # shipped hashes of runner.py, proxy.py and every test.py (`judge.py seal` writes it)
+SEAL_FILE = "SHA256SUMS"     # shipped hashes of runner.py, proxy.py, every test.py and worked examples (`judge.py seal`)
 NOT_RUN = "not run"
 EXPLANATION = re.compile(r"<details>\s*<summary>\s*Explanation.*?</details>\s*", re.S | re.I)
 
@@ -416,6 +417,8 @@ def verify_records(workspace: Path, only: Exercise | None = None, timeout: float
             changed.append("recorded against another runner.py than the shipped one")
         if record.get("proxy_sha256", "") not in ("", _sha((PRACTICE / "proxy.py").read_bytes())):
             changed.append("recorded against another proxy.py than the shipped one")
+        if record.get("examples_sha256", "") not in ("", examples_sha(ex)):
+            changed.append("recorded against other worked examples than the shipped ones")
         verdict, now = None, []
         if unreadable is None:   # the isolated runner: whatever the file did in `test`, here it reaches no test
             report = judge_file(ex, path, timeout=timeout, isolated=True)
@@ -438,8 +441,8 @@ def _practice_changes() -> list[str]:
     """Problems with this copy of practice/ itself: files that differ from the seal, and (in a git
     checkout) sealed files that differ from the committed ones."""
     seal = load_seal()
-    problems = [f"practice/{p.relative_to(PRACTICE).as_posix()} differs from practice/{SEAL_FILE}"
-                for p in sealed_files() if seal.get(p.relative_to(PRACTICE).as_posix()) != _sha(p.read_bytes())]
+    problems = [f"practice/{key} differs from practice/{SEAL_FILE}" for key, digest in seal_entries().items()
+                if seal.get(key) != digest]
     git = shutil.which("git")
     if git and (PRACTICE.parent / ".git").exists():
         names = [str(p.relative_to(PRACTICE.parent)) for p in sealed_files()] + [f"practice/{SEAL_FILE}"]
@@ -520,9 +523,27 @@ def sealed_files(root: Path = PRACTICE) -> list[Path]:
     return [root / "runner.py", root / "proxy.py"] + [ex.tests for ex in find_exercises(root) if ex.tests.exists()]
 
 
+WORKED_KEY = "problem.md#worked-examples"   # the seal's key of an exercise's worked examples (under its folder)
+
+
+def examples_sha(ex: Exercise) -> str:
+    """The hash of the worked examples (they judge too): not of problem.md, whose prose may change."""
+    spec = worked_example_spec(ex)
+    return _sha(json.dumps(spec["examples"] if spec else [], sort_keys=True).encode("utf-8"))
+
+
+def seal_entries(root: Path = PRACTICE) -> dict[str, str]:
+    """What the seal covers, hashed now: runner.py, proxy.py, every test.py and every exercise's
+    worked examples (``NN_name/problem.md#worked-examples``)."""
+    entries = {p.relative_to(root).as_posix(): _sha(p.read_bytes()) for p in sealed_files(root)}
+    for ex in find_exercises(root):
+        entries[f"{ex.name}/{WORKED_KEY}"] = examples_sha(ex)
+    return entries
+
+
 def write_seal(root: Path = PRACTICE) -> Path:
     """Record the hashes of the files the verdicts depend on (`judge.py seal`, run by authors)."""
-    lines = [f"{_sha(p.read_bytes())}  {p.relative_to(root).as_posix()}" for p in sealed_files(root)]
+    lines = [f"{digest}  {key}" for key, digest in seal_entries(root).items()]
     (root / SEAL_FILE).write_text("\n".join(lines) + "\n", encoding="utf-8")
     return root / SEAL_FILE
 
@@ -545,7 +566,8 @@ def _read_event(line: str, secret: str) -> dict | None:
 
 def judge_file(ex: Exercise, path: str | os.PathLike, *, examples_only: bool = False,
                timeout: float = DEFAULT_TIMEOUT, memory_mb: int | None = DEFAULT_MEMORY_MB,
-               check_interface: bool = True, isolated: bool = False, first_failure: bool = False) -> dict:
+               check_interface: bool = True, isolated: bool = False, first_failure: bool = False,
+               only: list[str] | None = None) -> dict:
     """Run exercise ``ex``'s tests on the file at ``path``; return the report.
 
     Two runners, one report (``judged["runner"]`` says which):
@@ -564,7 +586,8 @@ def judge_file(ex: Exercise, path: str | os.PathLike, *, examples_only: bool = F
     tests not yet run are skipped with a note -- an endless loop costs one time limit, not one
     per test. The report records what was judged: hashes of the file, test.py, the runner and
     the proxy, and whether the last three are the shipped ones (``sealed``). ``first_failure``
-    (``check`` judging a wrong file): stop at the first test that fails.
+    (``check`` judging a wrong file): stop at the first test that fails. ``only``: these tests
+    alone. The worked examples of problem.md run first, as the test ``runner.WORKED_EXAMPLE``.
     """
     if not 0 < timeout <= MAX_TIMEOUT:
         raise UsageError(f"--timeout must be a positive number of seconds up to {MAX_TIMEOUT:g}, got {timeout:g}")
@@ -588,21 +611,26 @@ def judge_file(ex: Exercise, path: str | os.PathLike, *, examples_only: bool = F
     judged: dict[str, str | bool] = {"file_sha256": file_sha, "tests_sha256": _sha(tests_bytes),
                                      "runner_sha256": _sha(runner_bytes), "proxy_sha256": _sha(proxy_bytes),
                                      "runner": "isolated" if isolated else "in-child"}
+    judged["examples_sha256"] = examples_sha(ex)
     judged["sealed"] = (seal.get(_seal_key(ex.tests)) == judged["tests_sha256"]
                         and seal.get("runner.py") == judged["runner_sha256"]
-                        and seal.get("proxy.py") == judged["proxy_sha256"])
+                        and seal.get("proxy.py") == judged["proxy_sha256"]
+                        and seal.get(f"{ex.folder.name}/{WORKED_KEY}") == judged["examples_sha256"])
     base = {"exercise": ex.number, "title": ex.title, "file": str(path),
             "mode": "examples" if examples_only else "all", "timeout": timeout, "judged": judged}
-    names = runner.list_test_names(ex.tests, examples_only=examples_only)
+    worked = worked_example_spec(ex)
+    names = runner.list_test_names(ex.tests, examples_only=examples_only, worked=worked is not None)
+    if only is not None:
+        names = [n for n in names if n in only]
     if isolated:
         results, load_error, not_run_reason, stderr_text = _judge_isolated(
             ex, path, tests_source, names, timeout=timeout * ISOLATED_TIME_FACTOR, memory_mb=memory_mb,
-            check_interface=check_interface, first_failure=first_failure)
+            check_interface=check_interface, first_failure=first_failure, worked=worked)
         unsigned = 0
     else:
         results, load_error, not_run_reason, stderr_text, unsigned = _judge_in_child(
             ex, path, tests_source, runner_bytes, names, examples_only=examples_only, timeout=timeout,
-            memory_mb=memory_mb, check_interface=check_interface, first_failure=first_failure)
+            memory_mb=memory_mb, check_interface=check_interface, first_failure=first_failure, worked=worked)
     if load_error is not None:
         report = {**base, **runner.not_run_report(names, load_error)}
     else:
@@ -618,8 +646,9 @@ def judge_file(ex: Exercise, path: str | os.PathLike, *, examples_only: bool = F
 
 
 def _judge_in_child(ex: Exercise, path: Path, tests_source: str, runner_bytes: bytes, names: list[str], *,
-                    examples_only: bool, timeout: float, memory_mb: int | None,
-                    check_interface: bool, first_failure: bool = False) -> tuple[dict[str, dict], dict | None, str, str, int]:
+                    examples_only: bool, timeout: float, memory_mb: int | None, check_interface: bool,
+                    first_failure: bool = False,
+                    worked: dict | None = None) -> tuple[dict[str, dict], dict | None, str, str, int]:
     """The in-child runner: the tests and the file in one child process, signed results streamed
     back; a child that ends mid-run is started again for the tests not yet run."""
     results: dict[str, dict] = {}
@@ -632,7 +661,7 @@ def _judge_in_child(ex: Exercise, path: Path, tests_source: str, runner_bytes: b
         while remaining and load_error is None:
             secret = secrets.token_hex(32)
             spec = {"tests": str(ex.tests), "tests_source": tests_source, "solution": str(path), "only": remaining,
-                "seal_package": runner.PACKAGE not in tests_source, "package_dir": package_dir(),
+                "seal_package": runner.PACKAGE not in tests_source, "package_dir": package_dir(), "worked": worked,
                     "starter": str(ex.starter) if check_interface else None, "examples_only": examples_only,
                     "timeout": timeout, "memory_mb": memory_mb, "secret": secret, "home": home,
                     "runner_path": str(PRACTICE / "runner.py"), "runner_source": runner_bytes.decode("utf-8")}
@@ -702,24 +731,27 @@ def _judge_in_child(ex: Exercise, path: Path, tests_source: str, runner_bytes: b
                                              "(an endless loop at module level?)", "where": ending.get("where")}
                 else:
                     load_error = {"verdict": runner.RUNTIME, "message": "the Python process ended while "
-                                  f"loading your file (exit code {proc.returncode})"}
+                                  f"loading your file: {runner.describe_exit(proc.returncode, memory_mb)}"}
                 break
             if current is None:   # between two tests: keep the results so far, stop there
-                not_run_reason = f"the Python process ended unexpectedly (exit code {proc.returncode})"
+                not_run_reason = f"the Python process ended unexpectedly: {runner.describe_exit(proc.returncode, memory_mb)}"
                 break
             remaining.remove(current)
             if ending["event"] == "timeout":
                 where = ending.get("where")
                 failure = {"yours" if where and where["file"] == "your file" else "test": where} if where else None
                 results[current] = {"name": current, "verdict": runner.TIMEOUT, "failure": failure,
-                                    "message": f"did not finish within {timeout:g} s of CPU time (an endless loop?)",
+                                    "message": str(ending.get("message") or runner.timeout_message(timeout)),
                                     "seconds": timeout}
+                for key in ("stdout", "stdout_cut"):
+                    if ending.get(key):
+                        results[current][key] = ending[key]
                 not_run_reason = (f"skipped after the timeout in {current} (fix that one first; "
                                   "each further endless loop would cost another time limit)")
             else:
                 results[current] = {"name": current, "verdict": runner.RUNTIME, "failure": None,
-                                    "message": f"the Python process ended during this test (exit code "
-                                               f"{proc.returncode}): os._exit(), a crash, or out of memory",
+                                    "message": "the Python process ended during this test: "
+                                               + runner.describe_exit(proc.returncode, memory_mb),
                                     "seconds": 0.0}
                 not_run_reason = f"skipped after the Python process ended in {current}"
             break
@@ -744,8 +776,8 @@ _LOAD_LOCK = threading.Lock()   # `import solution_under_test` while test.py loa
 
 
 def _judge_isolated(ex: Exercise, path: Path, tests_source: str, names: list[str], *, timeout: float,
-                    memory_mb: int | None, check_interface: bool,
-                    first_failure: bool = False) -> tuple[dict[str, dict], dict | None, str, str]:
+                    memory_mb: int | None, check_interface: bool, first_failure: bool = False,
+                    worked: dict | None = None) -> tuple[dict[str, dict], dict | None, str, str]:
     """The isolated runner: the file in a child process behind proxy.py, the tests here."""
     proxy = _proxy()
     wall = timeout * WALL_FACTOR + WALL_GRACE
@@ -764,7 +796,7 @@ def _judge_isolated(ex: Exercise, path: Path, tests_source: str, names: list[str
         try:
             if load_error is None:
                 results, load_error, not_run_reason = _run_tests_isolated(ex, link, path, tests_source, names, timeout,
-                                                                          first_failure)
+                                                                          first_failure, worked)
         finally:
             proxy.close(link)
             err.seek(0)
@@ -773,7 +805,8 @@ def _judge_isolated(ex: Exercise, path: Path, tests_source: str, names: list[str
 
 
 def _run_tests_isolated(ex: Exercise, link: Any, path: Path, tests_source: str, names: list[str],
-                        timeout: float, first_failure: bool = False) -> tuple[dict[str, dict], dict | None, str]:
+                        timeout: float, first_failure: bool = False,
+                        worked: dict | None = None) -> tuple[dict[str, dict], dict | None, str]:
     """Load test.py here (its ``solution_under_test`` is the child's module) and run the tests."""
     proxy = _proxy()
     module = proxy.RemoteModule(link, runner.SOLUTION_MODULE)
@@ -783,7 +816,7 @@ def _run_tests_isolated(ex: Exercise, link: Any, path: Path, tests_source: str, 
             proxy.watch_test(link, timeout)
             try:
                 link.begin_test(timeout, output)
-                loaded = runner.load_tests(ex.tests, module, source=tests_source)
+                loaded = runner.load_tests(ex.tests, module, source=tests_source, worked=worked)
             finally:
                 proxy.unwatch_test()
     except BaseException as exc:  # noqa: B036 -- a module-level call into the file may time out or raise
@@ -809,6 +842,8 @@ def _run_tests_isolated(ex: Exercise, link: Any, path: Path, tests_source: str, 
         printed = output.getvalue()
         if printed:
             result["stdout"] = printed
+            if output.cut():
+                result["stdout_cut"] = output.cut()
         stop = link.stopped
         if stop is not None:
             failure = dict(result.get("failure") or {})
@@ -816,9 +851,9 @@ def _run_tests_isolated(ex: Exercise, link: Any, path: Path, tests_source: str, 
             if stop.where and stop.where.get("yours"):
                 failure["yours"] = stop.where["yours"]
             if stop.verdict == runner.TIMEOUT:
-                message = stop.message or f"did not finish within {timeout:g} s of CPU time (an endless loop?)"
+                message = stop.message or runner.timeout_message(timeout, output.total())
                 if isinstance(stop, proxy.JudgeTimeout):
-                    message = f"the test did not finish within {timeout:g} s of CPU time (an endless loop?)"
+                    message = "the test " + runner.timeout_message(timeout, output.total())
                 result.update(verdict=runner.TIMEOUT, message=message, seconds=timeout)
                 reason = (f"skipped after the timeout in {name} (fix that one first; "
                           "each further endless loop would cost another time limit)")
@@ -865,13 +900,28 @@ def _frame_lines(frame: dict, indent: str, prefix: str = "") -> list[str]:
     return out
 
 
+PRINTED_LINES = 10   # lines of a test's printing shown in a report (from the first; the rest is counted)
+WRAP = 100           # columns a long message is wrapped to
+
+
+def _wrapped(text: str, first: str, rest: str) -> list[str]:
+    """A paragraph-long message as lines of at most WRAP columns (readable in a terminal); a
+    shorter one stays on its line, whole (so it can be searched for)."""
+    import textwrap
+    if len(text) <= 2 * WRAP:
+        return [first + text]
+    return textwrap.wrap(text, WRAP, initial_indent=first, subsequent_indent=rest, break_on_hyphens=False,
+                         break_long_words=False) or [first.rstrip()]
+
+
 def format_report(report: dict) -> str:
     mode = " (examples only)" if report.get("mode") == "examples" else ""
     lines = [f"{report['exercise']} · {report['title']}{mode}", f"file: {_display_path(report['file'])}", ""]
     load_error = report.get("load_error")
     if load_error:
-        lines.append(_color(f"  {load_error['verdict']}: {load_error['message']}",
-                            VERDICT_COLOR.get(load_error["verdict"], "0")))
+        color = VERDICT_COLOR.get(load_error["verdict"], "0")
+        lines += [_color(line, color) for line in _wrapped(f"{load_error['verdict']}: {load_error['message']}",
+                                                            "  ", "      ")]
         if load_error.get("lineno"):
             lines.append(f"      your file line {load_error['lineno']}:  {load_error.get('line', '')}")
         if load_error.get("pointer"):
@@ -881,12 +931,13 @@ def format_report(report: dict) -> str:
         lines.append(f"  ({len(report['tests'])} tests not run)")
     else:
         width = max([len(t["name"]) for t in report["tests"]] + [10])
+        said: dict[str, str] = {}   # a message already shown in full -> the test it was shown under
         for t in report["tests"]:
             verdict = _color(f"{t['verdict']:<14}", VERDICT_COLOR.get(t["verdict"], "0"))
             lines.append(f"  {verdict} {t['name']:<{width}}  {t.get('seconds', 0):.2f} s")
             if t["verdict"] == runner.ACCEPTED:
                 continue
-            lines += _failure_lines(t)
+            lines += _failure_lines(t, said)
     if report.get("stderr") and (load_error or any(t["verdict"] == runner.RUNTIME for t in report["tests"])):
         lines += ["", "  output on stderr (last lines):"]
         lines += ["    " + s for s in report["stderr"].splitlines()[-10:]]
@@ -895,45 +946,73 @@ def format_report(report: dict) -> str:
         lines += ["", f"  note: {report['unsigned_lines']} line(s) on the judge's channel were not written by the "
                       "runner and were ignored"]
     if judged and not judged.get("sealed"):
-        lines += ["", "  note: test.py, runner.py or proxy.py differs from the shipped version (practice/SHA256SUMS): "
-                      "this verdict is not recorded"]
+        lines += ["", "  note: test.py, the worked examples, runner.py or proxy.py differ from the shipped version "
+                      "(practice/SHA256SUMS): this verdict is not recorded"]
     elif report.get("recorded"):
         lines += ["", f"  recorded as accepted in {_display_path(report['record'])} (`list` shows it, `verify` "
                       "re-judges it)"]
     elif report.get("not_recorded"):
-        lines += ["", f"  not recorded: {report['not_recorded']}"]
+        lines += [""] + _wrapped(f"not recorded: {report['not_recorded']}", "  ", "  ")
     lines += ["", f"verdict: {_color(report['verdict'], VERDICT_COLOR.get(report['verdict'], '0'))}",
               report["summary"]]
     return "\n".join(lines)
 
 
-def _failure_lines(t: dict) -> list[str]:
+def _value_lines(label: str, text: str, ind: str) -> list[str]:
+    """``expected:`` / ``got:`` and a value that may span lines (a worked example's output)."""
+    first, *more = str(text).split("\n")
+    return [f"{ind}{label:<10}{first}"] + [f"{ind}{'':<10}{line}" for line in more]
+
+
+def _failure_lines(t: dict, said: dict[str, str] | None = None) -> list[str]:
     ind = "      "
     failure = t.get("failure") or {}
     out = []
     if t["verdict"] == runner.WRONG:
         if failure.get("test"):
-            out += [f"{ind}test.py line {failure['test']['lineno']}:  {failure.get('expression') or failure['test']['line']}"]
+            frame = failure["test"]
+            out += [f"{ind}{frame.get('file', 'test.py')} line {frame['lineno']}:  "
+                    f"{failure.get('expression') or frame['line']}"]
         if failure.get("message"):
             out.append(f"{ind}message:  {failure['message']}")
         if "expected" in failure:
-            out += [f"{ind}expected: {failure['expected']}", f"{ind}got:      {failure['got']}"]
+            out += _value_lines("expected:", failure["expected"], ind) + _value_lines("got:", failure["got"], ind)
         if failure.get("difference"):
             out.append(f"{ind}({failure['difference']})")
         if failure.get("test", {}).get("locals"):
             out += _frame_lines(failure["test"], ind)[1:]
     else:
-        out.append(f"{ind}{t['message']}")
+        message = t["message"]
+        if said is not None and len(message) > 80 and message in said:
+            out.append(f"{ind}(the same as under {said[message]})")
+        else:
+            if said is not None:
+                said.setdefault(message, t["name"])
+            out += _wrapped(message, ind, ind)
         if failure.get("yours"):
             out += _frame_lines(failure["yours"], ind, "at " if t["verdict"] == runner.TIMEOUT else "")
         if failure.get("test"):
             frame = failure["test"]
-            out.append(f"{ind}called from test.py line {frame['lineno']}:  {frame['line']}")
+            out.append(f"{ind}called from {frame.get('file', 'test.py')} line {frame['lineno']}:  {frame['line']}")
             if not failure.get("yours") and frame.get("locals"):
                 out += _frame_lines(frame, ind)[1:]
     if t.get("stdout"):
-        out.append(f"{ind}printed:")
-        out += [f"{ind}  {s}" for s in t["stdout"].rstrip().splitlines()[-10:]]
+        out += _printed_lines(t["stdout"], t.get("stdout_cut"), ind)
+    return out
+
+
+def _printed_lines(printed: str, cut: dict | None, ind: str) -> list[str]:
+    """What a test printed, from its first line (where the inputs usually are), and how much more
+    there was: the lines kept but not shown, and what the judge did not keep (``cut``)."""
+    lines = printed.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    shown, hidden = lines[:PRINTED_LINES], lines[PRINTED_LINES:]
+    more_lines = len(hidden) + (cut or {}).get("lines", 0)
+    more_chars = sum(len(line) + 1 for line in hidden) + (cut or {}).get("characters", 0)
+    out = [f"{ind}printed:"] + [f"{ind}  {line}" for line in shown]
+    if more_chars:
+        out.append(f"{ind}  … {more_lines:,} more line{'s' * (more_lines != 1)}, {more_chars:,} characters")
     return out
 
 
@@ -941,17 +1020,34 @@ def _failure_lines(t: dict) -> list[str]:
 # check: the exercises themselves are sound
 
 
+def worked_example_spec(ex: Exercise) -> dict | None:
+    """problem.md's worked examples as the runner takes them ({"path", "examples"}), or None."""
+    cases = _worked_cases(ex.problem.read_text(encoding="utf-8")) if ex.problem.exists() else []
+    return {"path": str(ex.problem), "examples": cases} if cases else None
+
+
+@functools.lru_cache(maxsize=64)
+def _worked_cases(text: str) -> list[dict]:
+    return runner.worked_example_cases(text)
+
+
 def worked_examples(ex: Exercise) -> doctest.TestResults:
-    """Run the ``>>>`` examples of problem.md against the reference solution (in this process)."""
+    """Run the worked examples of problem.md against the reference solution, in this process and
+    strictly (an expected exception's message too: the statement prints the reference's). Raises
+    AssertionError naming the first example that disagrees."""
+    worked = worked_example_spec(ex)
+    if worked is None:
+        return doctest.TestResults(0, 0)
     module = runner.load_module(ex.solution, name=f"reference_{ex.number}")
-    text = ex.problem.read_text(encoding="utf-8")
-    test = doctest.DocTestParser().get_doctest(text, dict(vars(module)), ex.name, str(ex.problem), 0)
-    doc_runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
-    out: list[str] = []
-    result = doc_runner.run(test, out=out.append)
-    if result.failed:
-        raise AssertionError("".join(out))
-    return result
+    result = runner.run_test(runner.WORKED_EXAMPLE, runner.worked_example_test(worked, module, strict=True),
+                             str(ex.problem), str(ex.solution))
+    if result["verdict"] != runner.ACCEPTED:
+        failure = result.get("failure") or {}
+        where = failure.get("test") or {}
+        raise AssertionError(f"problem.md line {where.get('lineno', '?')}: {failure.get('expression') or where.get('line', '')}\n"
+                             f"  expected: {failure.get('expected', '')}\n  got:      "
+                             f"{failure.get('got', result['message'])}")
+    return doctest.TestResults(0, len(worked["examples"]))
 
 
 def check_exercise(ex: Exercise, timeout: float = DEFAULT_TIMEOUT, mutate: bool = True) -> dict:
@@ -1019,6 +1115,9 @@ def check_exercise(ex: Exercise, timeout: float = DEFAULT_TIMEOUT, mutate: bool 
     seal = load_seal(ex.folder.parent)
     if ex.folder.parent == PRACTICE and seal.get(_seal_key(ex.tests)) != _sha(ex.tests.read_bytes()):
         problems.append("test.py is not sealed as it is: run `python practice/judge.py seal` after editing it")
+    if ex.folder.parent == PRACTICE and seal.get(f"{ex.name}/{WORKED_KEY}") != examples_sha(ex):
+        problems.append("the worked examples of problem.md are not sealed as they are: run "
+                        "`python practice/judge.py seal` after editing them")
     result = {"exercise": ex.number, "title": ex.title, "ok": not problems, "problems": problems,
               "examples": len(examples), "worked_examples": examples_run, "files": rows}
     if mutate:
@@ -1200,7 +1299,8 @@ def main(argv: list[str] | None = None) -> int:
     p = add("mutate", "mutation testing: every mutant of the reference must fail some test")
     p.add_argument("exercise", nargs="?", help="one exercise (default: all)")
     p.add_argument("--all-mutants", action="store_true", help="list every mutant, not only survivors")
-    add("seal", "record the hashes of runner.py and every test.py (after editing a test)", json_flag=False)
+    add("seal", "record the hashes of runner.py, proxy.py, every test.py and worked examples (after editing one)",
+        json_flag=False)
     p = add("verify", "re-judge every exercise recorded as accepted; report records that do not hold")
     p.add_argument("exercise", nargs="?", help="one exercise (default: every recorded one)")
     add("doctor", "Python, packages and tools the practice needs")

@@ -61,6 +61,7 @@ DEFAULT_BUDGET = 2048 * 2**20      # the judge's memory for one message, when no
 WRITE_STALL = 20.0                 # seconds of wall-clock time a write to the child may make no progress
 PRINT_LIMIT = 2000                 # characters of the learner's printing kept per test
 _HEADER = struct.Struct(">I")
+_STATUS, _UNKNOWN = struct.Struct(">q"), -(1 << 62)   # the zygote's answer: how a child ended
 _TUPLE_FIELD = type(collections.namedtuple("_Pair", "a b").a)   # what a named tuple's field is (its getter)
 _is = operator.is_
 _SCALARS = frozenset({type(None), bool, int, str})
@@ -319,7 +320,9 @@ def _live_class(base: type) -> type:
     namespace: dict[str, Any] = {name: forward(name) for name in _MUTATORS[base]}
     namespace.update(_link=None, __copy__=plain_copy, copy=plain_copy, __reduce_ex__=lambda self, p: (base, (base(self),)),
                      __deepcopy__=lambda self, memo: __import__("copy").deepcopy(base(self), memo))
-    return type(f"Mirrored{base.__name__.capitalize()}", (base,), namespace)
+    # named as its base: a mirror's repr (a deque's, an OrderedDict's) and its type in a report read
+    # as they do in one process
+    return type(base.__name__, (base,), namespace)
 
 
 _LIVE = {tag: _live_class(base) for tag, base in _CONTAINER_TAGS.items()}
@@ -346,6 +349,7 @@ class Link:
         self.send_fd, self.recv_fd, self.pid, self.wall_limit = send_fd, recv_fd, pid, wall_limit
         self.budget = budget                  # bytes the judge may spend on one message: the child's own limit
         self.received = 0                     # bytes of messages so far (the mirrors they made stay in the judge)
+        self.describe_exit: Callable[[int | None], str] = lambda status: f"exit status {status}"
         self.buffer = bytearray()
         self.objects: dict[int, Any] = {}     # handle -> mirror (the child keeps the object as long)
         self.handles: dict[int, int] = {}     # id(mirror) -> handle
@@ -436,8 +440,11 @@ class Link:
         raise self.stopped
 
     def _stop_dead(self) -> None:
-        self.stop(JudgeStop("runtime error", "the Python process ended during this test: os._exit(), a crash, "
-                                             "or over the memory limit"))
+        """The child's end of the pipe closed: say how the child ended (which limit, a crash, an exit)."""
+        if self.stopped is None:
+            why = self.describe_exit(child_status(self.pid) if self.pid > 0 else None)
+            self.stopped = JudgeStop("runtime error", f"the Python process ended during this test: {why}")
+        raise self.stopped
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -483,7 +490,9 @@ class Link:
                     self._apply(answer[3])
                     self._serve_callback(answer[1], answer[2], answer[5] if len(answer) > 5 else None)
                     continue
-                elif kind == "X":   # ["X", message, where]: the child's watchdog
+                elif kind == "X":   # ["X", message, where(, printed)]: the child's watchdog
+                    if len(answer) > 3:
+                        self._printed(answer[3])
                     where = _clean_where(answer[2])
                     failure = self.stopped = JudgeStop("timeout", str(answer[1])[:500], where)
                 else:
@@ -497,7 +506,7 @@ class Link:
     def _printed(self, printed: object) -> None:
         if not printed:
             return
-        text, dropped = printed
+        text, dropped, lines = (list(printed) + [0])[:3]   # type: ignore[call-overload]
         out = self.output
         if out is None:
             return
@@ -505,6 +514,7 @@ class Link:
             out.write(text)
         if type(dropped) is int and dropped > 0 and hasattr(out, "dropped"):
             out.dropped += dropped
+            out.dropped_lines += lines if type(lines) is int and lines > 0 else 0
 
     def _serve_callback(self, index: object, args: object, method: object = None) -> None:
         if type(index) is not int or not 0 <= index < len(self.callbacks) or not isinstance(args, list):
@@ -937,12 +947,14 @@ class _Server:
         self.deadline = [float("inf")]
         self.timeout = [0.0]
         self.printed = runner._HELPERS["CapturedOutput"](PRINT_LIMIT)
-        self.printed_sent = [0, 0]             # characters of printed.parts and of dropped already sent
+        self.printed_sent = [0, 0, 0]          # characters of printed.parts, dropped and its lines already sent
         self.roots: list[list] = []            # the objects each request in progress touches
         self.failures: dict[int, BaseException] = {}   # token -> an exception the judge may ask about
         self._encode_json = json.JSONEncoder(separators=(",", ":"), check_circular=False, default=repr).encode
         self.module: Any = None
         self.globals_seen: tuple[list, int, list[int]] = ([], -1, [])   # see global_handles
+        self.memory_mb: int | None = None
+        self.reserve: bytearray | None = bytearray(1 << 20)   # freed on a MemoryError, to answer it
 
     # -- wire --
 
@@ -956,8 +968,9 @@ class _Server:
         text, dropped = kept[self.printed_sent[0]:], out.dropped - self.printed_sent[1]
         if not text and not dropped:
             return None
-        self.printed_sent[:] = [len(kept), out.dropped]
-        return [text, dropped]
+        lines = out.dropped_lines - self.printed_sent[2]
+        self.printed_sent[:] = [len(kept), out.dropped, out.dropped_lines]
+        return [text, dropped, lines]
 
     # -- handles and contents --
 
@@ -1336,8 +1349,8 @@ class _Server:
                 self.timeout[0] = float(message[2])
                 self.deadline[0] = time.process_time() + self.timeout[0]
                 out = self.printed
-                out.parts, out.kept, out.dropped = [], 0, 0
-                self.printed_sent[:] = [0, 0]
+                out.parts, out.kept, out.dropped, out.dropped_lines = [], 0, 0, 0
+                self.printed_sent[:] = [0, 0, 0]
                 self.send(["R", None, [], None, []])
                 return
             writes: list = []
@@ -1379,11 +1392,15 @@ class _Server:
         except BaseException as exc:  # noqa: B036 -- exit() and KeyboardInterrupt too: the judge decides
             if isinstance(exc, _Quit):
                 raise
+            text = self.runner._truncate(str(exc), 2000)
+            if isinstance(exc, MemoryError):   # room to answer, and no walk of what filled the memory
+                self.reserve = None
+                roots, text = [], text or f"over the memory limit of your code ({self.memory_mb} MiB)"
             token = len(self.failures) + 1
             if token <= 1000:
                 self.failures[token] = exc
             self.send(["E", type(exc).__name__, [c.__name__ for c in type(exc).__mro__ if c.__module__ == "builtins"],
-                       self.runner._truncate(str(exc), 2000), token, self.delta(roots), self.take_printed()])
+                       text, token, self.delta(roots), self.take_printed()])
         finally:
             self.roots.pop()
 
@@ -1555,6 +1572,27 @@ def start_zygote() -> None:
         atexit.register(stop_zygote)
 
 
+def child_status(pid: int) -> int | None:
+    """How a learner's process ended, as subprocess gives it (a negative number: the signal), from
+    the zygote that reaps it; None when it is unknown (still running, or no zygote of ours)."""
+    with _ZYGOTE_LOCK:
+        if _ZYGOTE.get("owner") != os.getpid():
+            return None
+        sock = _ZYGOTE["socket"]
+        try:
+            sock.sendall(b"?" + _HEADER.pack(pid))
+            answer = b""
+            while len(answer) < _STATUS.size:
+                chunk = sock.recv(_STATUS.size - len(answer))
+                if not chunk:
+                    return None
+                answer += chunk
+        except OSError:
+            return None
+    (status,) = _STATUS.unpack(answer)
+    return None if status == _UNKNOWN else status
+
+
 def stop_zygote() -> None:
     """Close the zygote's socket and wait for it (it ends the learner's processes left first)."""
     with _ZYGOTE_LOCK:
@@ -1582,15 +1620,20 @@ def _zygote_main(sock: Any) -> None:   # pragma: no cover -- runs in the zygote
     import socket
     signal.signal(signal.SIGINT, signal.SIG_IGN)    # Ctrl-C ends the judge; the zygote sees its socket close
     children: set[int] = set()
+    ended: dict[int, int] = {}   # pid -> exit status as subprocess gives it (negative: the signal)
 
     def reap(block: bool) -> None:
         for pid in list(children):
             try:
-                done, _ = os.waitpid(pid, 0 if block else os.WNOHANG)
+                done, status = os.waitpid(pid, 0 if block else os.WNOHANG)
             except ChildProcessError:
-                done = pid
+                done, status = pid, None
             if done:
                 children.discard(pid)
+                if status is not None:
+                    ended[pid] = os.waitstatus_to_exitcode(status)
+                    while len(ended) > 1000:
+                        ended.pop(next(iter(ended)))
 
     while True:
         reap(block=False)
@@ -1598,6 +1641,18 @@ def _zygote_main(sock: Any) -> None:   # pragma: no cover -- runs in the zygote
             data, fds, _, _ = socket.recv_fds(sock, 16, 3)
         except OSError:
             data, fds = b"", []
+        if data[:1] == b"?" and len(data) == 5 and not fds:   # how did this child end? (waits up to 2 s)
+            (asked,) = _HEADER.unpack(data[1:])
+            for _ in range(200):
+                if asked in ended or asked not in children:
+                    break
+                time.sleep(0.01)
+                reap(block=False)
+            try:
+                sock.sendall(_STATUS.pack(ended.pop(asked, _UNKNOWN)))
+            except OSError:
+                return
+            continue
         if not data or len(fds) != 3:
             for pid in children:   # the judge has gone: end what is left, and wait for it
                 try:
@@ -1644,7 +1699,10 @@ def _child_entry() -> int:   # pragma: no cover -- runs in the learner's process
             sys.modules["torch"].set_num_threads(1)
         except Exception:
             pass
-    return child_main(spec, runner, 0, 1, bytes(data[4 + size:]))
+    try:
+        return child_main(spec, runner, 0, 1, bytes(data[4 + size:]))
+    except MemoryError:   # outside every answer's guard: the judge names the limit from this status
+        return runner.EXIT_OUT_OF_MEMORY
 
 
 def _set_limits(memory_mb: int | None, cpu_seconds: float) -> None:
@@ -1708,6 +1766,7 @@ def child_main(spec: dict, runner: types.ModuleType, in_fd: int, out_fd: int, pe
         except Exception:
             pass
     server = _Server(runner, spec["solution"], send_bytes, recv)
+    server.memory_mb = spec.get("memory_mb")
     stderr = open(2, "w", encoding="utf-8", errors="replace", buffering=1, closefd=False)
     sys.stdout = sys.stderr = stderr   # what the file prints while it loads: the report's stderr
     sys.breakpointhook = runner._HELPERS["ignore_breakpoint"]
@@ -1719,8 +1778,8 @@ def child_main(spec: dict, runner: types.ModuleType, in_fd: int, out_fd: int, pe
             if time.process_time() > server.deadline[0]:
                 frame = sys._current_frames().get(main_thread)
                 where = runner._where_stuck(frame, spec["solution"], "") if frame is not None else None
-                data = json.dumps(["X", f"did not finish within {server.timeout[0]:g} s of CPU time "
-                                        "(an endless loop?)", {"yours": where}], default=repr).encode("utf-8")
+                message = runner.timeout_message(server.timeout[0], server.printed.total())
+                data = json.dumps(["X", message, {"yours": where}, server.take_printed()], default=repr).encode("utf-8")
                 with write_lock:
                     os.write(protocol, _HEADER.pack(len(data)) + data)
                     os._exit(3)
@@ -1774,6 +1833,8 @@ def start(spec: dict, *, runner_module: str, wall_limit: float = 60.0, load_wall
             os.close(fd)
     link = Link(to_child_w, from_child_r, pid, load_wall_limit,
                 budget=int(spec["memory_mb"]) * 2**20 if spec.get("memory_mb") else DEFAULT_BUDGET)
+    link.describe_exit = functools.partial(sys.modules[runner_module].describe_exit, memory_mb=spec.get("memory_mb"),
+                                           cpu_seconds=spec.get("cpu_total"))
     link.send({**spec, "runner_module": runner_module})
     answer_ = _first_answer(link)
     link.wall_limit = wall_limit

@@ -30,6 +30,7 @@ import hashlib
 import itertools
 import json
 import os
+import re
 import reprlib
 import sys
 import sysconfig
@@ -68,7 +69,7 @@ PACKAGE = "nano_engine"   # holds every mechanism the exercises ask for: a learn
 REPR_LIMIT = 240
 MAX_LOCALS = 20
 STDOUT_LIMIT = 2000
-_STATE = {"child": False}   # True in the judge's child process (see child_main)
+_STATE: dict[str, Any] = {"child": False}   # "child": True in the judge's child process (see child_main)
 
 
 def _isolated(source: str) -> dict:
@@ -82,21 +83,32 @@ def _isolated(source: str) -> dict:
 
 _HELPERS = _isolated('''
 class CapturedOutput:
-    """What a test printed: the first `limit` characters are kept, the rest only counted, so
-    printing megabytes costs neither memory nor a flooded report."""
+    """What a test printed: the first `limit` characters are kept, the rest only counted (its
+    characters and its line breaks), so printing megabytes costs neither memory nor a flooded
+    report, and the report can say how much was cut."""
     encoding, errors = "utf-8", "replace"
 
     def __init__(self, limit):
-        self.limit, self.parts, self.kept, self.dropped = limit, [], 0, 0
+        self.limit, self.parts, self.kept, self.dropped, self.dropped_lines = limit, [], 0, 0, 0
 
     def write(self, text):
         text = str(text)
-        room = self.limit - self.kept
-        if room > 0:
+        room = max(self.limit - self.kept, 0)
+        if room:
             self.parts.append(text[:room])
             self.kept += min(len(text), room)
-        self.dropped += max(0, len(text) - max(room, 0))
+        if len(text) > room:
+            self.dropped += len(text) - room
+            self.dropped_lines += text.count("\\n", room)
         return len(text)
+
+    def cut(self):
+        """What was printed but not kept: {"characters", "lines"} (line breaks), or None."""
+        return {"characters": self.dropped, "lines": self.dropped_lines} if self.dropped else None
+
+    def total(self):
+        """(characters, line breaks) printed in all, kept or not."""
+        return self.kept + self.dropped, "".join(self.parts).count("\\n") + self.dropped_lines
 
     def writelines(self, lines):
         for line in lines:
@@ -109,10 +121,7 @@ class CapturedOutput:
         return False
 
     def getvalue(self):
-        text = "".join(self.parts)
-        if self.dropped:
-            text += f"\\n... and {self.dropped} more characters (not shown)"
-        return text
+        return "".join(self.parts)
 
 
 def ignore_breakpoint(*args, **kwargs):
@@ -523,11 +532,13 @@ def compile_tests(source: str, test_path: str) -> types.CodeType:
 
 
 def load_tests(test_path: str | os.PathLike, module: types.ModuleType,
-               source: str | None = None) -> list[tuple[str, Callable]]:
+               source: str | None = None, worked: dict | None = None) -> list[tuple[str, Callable]]:
     """Load test.py with its asserts rewritten; return its ``test_*`` functions in file order.
 
     ``module`` is what ``import solution_under_test`` gives the tests while they load;
     ``source``, when given, is the text to run (the judge passes the text it hashed).
+    ``worked``: the worked examples of problem.md (``worked_example_cases``), which run first,
+    as the test WORKED_EXAMPLE.
     """
     test_path = str(test_path)
     source = source if source is not None else Path(test_path).read_text(encoding="utf-8")
@@ -538,8 +549,169 @@ def load_tests(test_path: str | os.PathLike, module: types.ModuleType,
     tests.__dict__["@plain_equal"] = plain_equal
     with registered(module):
         exec(code, tests.__dict__)
-    return [(name, obj) for name, obj in tests.__dict__.items()
-            if name.startswith("test_") and isinstance(obj, types.FunctionType) and obj.__module__ == TESTS_MODULE]
+    found = [(name, obj) for name, obj in tests.__dict__.items()
+             if name.startswith("test_") and isinstance(obj, types.FunctionType) and obj.__module__ == TESTS_MODULE]
+    if worked and worked.get("examples"):
+        found.insert(0, (WORKED_EXAMPLE, worked_example_test(worked, module)))
+    return found
+
+
+# --------------------------------------------------------------------------------------------
+# The worked examples of problem.md, run as a test (the statement's own example is never failed
+# by an accepted file). Each ``>>>`` example runs as in an interactive session: the value of an
+# expression statement is shown with repr(), and what the example's own code prints is shown too;
+# what the reader's code prints is not part of the comparison (it lands in the test's output, as
+# in any test). Output is compared with doctest's ELLIPSIS and NORMALIZE_WHITESPACE; an expected
+# exception matches by its class (a subclass too): its message is the reference's wording.
+
+WORKED_EXAMPLE = "test_example_worked_example"
+_WORKED_HEADING = re.compile(r"^##\s+worked example", re.I)
+
+
+def worked_example_cases(problem_text: str) -> list[dict]:
+    """The ``>>>`` examples of the ```python fences under the "## Worked example(s)" headings, as
+    plain data: {"source", "want", "exc_msg", "lineno" (of the ``>>>`` line in problem.md)}."""
+    import doctest  # only where problem.md is read (the judge, check): the child gets the cases
+    parser = doctest.DocTestParser()
+    lines = problem_text.splitlines()
+    cases: list[dict] = []
+    section = False
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("## "):
+            section = bool(_WORKED_HEADING.match(line))
+        elif section and line.strip().startswith("```python"):
+            j = i + 1
+            while j < len(lines) and not lines[j].strip().startswith("```"):
+                j += 1
+            for example in parser.get_examples("\n".join(lines[i + 1:j]) + "\n"):
+                cases.append({"source": example.source, "want": example.want, "exc_msg": example.exc_msg,
+                              "lineno": i + 2 + example.lineno})
+            i = j
+        i += 1
+    return cases
+
+
+class ExampleMismatch(AssertionError):
+    """A worked example whose output differs: ``failure`` is the report's description."""
+
+    def __init__(self, failure: dict):
+        super().__init__(failure.get("message", ""))
+        self.failure = failure
+
+
+class _Displayed(ast.NodeTransformer):
+    """An interactive session's rule: an expression statement's value is shown (not inside the
+    functions and classes an example defines)."""
+
+    def visit_Expr(self, node: ast.Expr) -> ast.AST:
+        call = ast.Call(ast.Name("@display", ast.Load()), [node.value], [])
+        return ast.copy_location(ast.Expr(ast.copy_location(call, node)), node)
+
+    def visit_FunctionDef(self, node: ast.AST) -> ast.AST:
+        return node
+
+    visit_AsyncFunctionDef = visit_ClassDef = visit_Lambda = visit_FunctionDef
+
+
+def _output_matches(want: str, got: str) -> bool:
+    """doctest's comparison under NORMALIZE_WHITESPACE and ELLIPSIS."""
+    want, got = " ".join(want.split()), " ".join(got.split())
+    if want == got:
+        return True
+    pieces = want.split("...")
+    if len(pieces) == 1:
+        return False
+    head, tail = pieces[0], pieces[-1]
+    if len(head) + len(tail) > len(got) or not got.startswith(head) or not got.endswith(tail):
+        return False
+    at, end = len(head), len(got) - len(tail)
+    for piece in pieces[1:-1]:
+        at = got.find(piece, at, end)
+        if at < 0:
+            return False
+        at += len(piece)
+    return True
+
+
+def _exception_matches(exc: BaseException, exc_msg: str, strict: bool) -> bool:
+    if strict:   # the reference: its message too, as the statement prints it
+        return _output_matches(exc_msg, traceback.format_exception_only(type(exc), exc)[-1])
+    expected = exc_msg.split(":", 1)[0].strip().rsplit(".", 1)[-1]
+    return any(k.__name__ == expected for k in type(exc).__mro__)
+
+
+def worked_example_test(worked: dict, module: Any, strict: bool = False) -> Callable[[], None]:
+    """The worked examples as one test function over ``module`` (the reader's, or its proxy).
+    ``strict``: an expected exception's message must match too (the reference, in check)."""
+    path, cases = worked["path"], worked["examples"]
+
+    def test_example_worked_example() -> None:
+        names: set[str] = set()
+        for case in cases:
+            names |= {n.id for n in ast.walk(ast.parse(case["source"])) if isinstance(n, ast.Name)}
+        namespace: dict[str, Any] = {"__name__": "worked_example", "__builtins__": builtins}
+        for name in sorted(names - set(vars(builtins))):
+            try:
+                namespace[name] = getattr(module, name)
+            except Exception:   # a name the examples define themselves
+                pass
+        given = set(namespace)
+        for case in cases:
+            _run_example(case, namespace, path, strict, given)
+
+    test_example_worked_example.judge_test_path = path   # type: ignore[attr-defined]
+    return test_example_worked_example
+
+
+def _run_example(case: dict, namespace: dict, path: str, strict: bool, given: set[str]) -> None:
+    shown: list[str] = []
+
+    def display(value: object) -> None:
+        if value is not None:
+            shown.append(repr(value) + "\n")
+
+    def example_print(*args: object, sep: str | None = " ", end: str | None = "\n", file: Any = None,
+                      flush: bool = False) -> None:
+        if file is not None:
+            print(*args, sep=sep, end=end, file=file, flush=flush)
+        else:
+            shown.append((" " if sep is None else sep).join(map(str, args)) + ("\n" if end is None else end))
+
+    namespace["@display"], namespace["print"] = display, example_print
+    tree = _Displayed().visit(ast.parse(case["source"], path, "exec"))
+    ast.increment_lineno(tree, case["lineno"] - 1)   # a traceback names problem.md's own line
+    code = compile(ast.fix_missing_locations(tree), path, "exec")
+    raised: BaseException | None = None
+    try:
+        exec(code, namespace)
+    except Exception as exc:   # exit(), a timeout: not an example's expected outcome
+        if case["exc_msg"] is None:
+            raise   # the reader's code raised: a runtime error at its line, called from this example
+        raised = exc
+    want = case["want"] if case["exc_msg"] is None else case["exc_msg"]
+    got = "".join(shown)
+    if case["exc_msg"] is not None:
+        ok = raised is not None and _exception_matches(raised, case["exc_msg"], strict)
+        if raised is not None:
+            got += "".join(traceback.format_exception_only(type(raised), raised)[-1:])
+        elif not got:
+            got = "(no exception)"
+    else:
+        ok = _output_matches(want, got)
+    if ok:
+        return
+    source = case["source"].rstrip("\n").split("\n")
+    expression = "\n".join([">>> " + source[0]] + ["... " + line for line in source[1:]])
+    local = {k: safe_repr(v) for k, v in list(namespace.items())[:200]
+             if k not in given and not k.startswith(("@", "__")) and k != "print"
+             and not isinstance(v, (types.ModuleType, type, types.FunctionType))}
+    raise ExampleMismatch({
+        "expression": expression, "message": "the worked example in problem.md gives another result",
+        "expected": want.rstrip("\n") or "(nothing)", "got": got.rstrip("\n") or "(nothing)",
+        "test": {"file": "problem.md", "path": path, "lineno": case["lineno"], "function": "worked example",
+                 "line": ">>> " + source[0], "locals": dict(list(local.items())[:MAX_LOCALS])}})
 
 
 def is_example(name: str) -> bool:
@@ -566,23 +738,58 @@ def _innermost(tb: types.TracebackType | None, path: str | None) -> tuple[types.
     return found
 
 
+_KINDS = (bool, int, float, str, bytes, list, tuple, collections.deque, dict, set, frozenset)   # bool before int
+_SEQUENCES = (list, tuple, collections.deque)
+
+
+def _kind(value: object) -> type:
+    """The builtin kind of a value (a mirror of a list is a list, a named tuple a tuple)."""
+    return next((k for k in _KINDS if isinstance(value, k)), type(value))
+
+
+def _type_note(got: object, expected: object) -> str | None:
+    """"types differ: expected a tuple, got a list (the same items)" -- brackets are easy to miss."""
+    kind_got, kind_expected = _kind(got), _kind(expected)
+    if kind_got is kind_expected or {kind_got, kind_expected} <= {bool, int, float}:
+        return None
+    article = lambda k: ("an " if k.__name__[0] in "aeiou" else "a ") + k.__name__   # noqa: E731
+    note = f"types differ: expected {article(kind_expected)}, got {article(kind_got)}"
+    if kind_got in _SEQUENCES and kind_expected in _SEQUENCES:
+        try:
+            if list(got) == list(expected):   # type: ignore[call-overload]
+                note += " (the same items)"
+        except Exception:
+            pass
+    return note
+
+
 def _first_difference(got: object, expected: object) -> str | None:
-    """For two sequences or mappings that differ, say where -- long lists are hard to eyeball."""
+    """For two values that differ, say how: their types, or where in a sequence or mapping --
+    long lists are hard to eyeball."""
+    parts = [_type_note(got, expected)]
     if isinstance(got, (list, tuple, str)) and isinstance(expected, (list, tuple, str)):
         for i, (a, b) in enumerate(zip(got, expected, strict=False)):
             if a != b:
-                return f"first difference at index {i}: got {safe_repr(a, 80)}, expected {safe_repr(b, 80)}"
-        if len(got) != len(expected):
-            return f"lengths differ: got {len(got)} items, expected {len(expected)}"
+                inner = _type_note(a, b)
+                parts.append(f"first difference at index {i}: got {safe_repr(a, 80)}, expected {safe_repr(b, 80)}"
+                             + (f" ({inner})" if inner else ""))
+                break
+        else:
+            if len(got) != len(expected):
+                parts.append(f"lengths differ: got {len(got)} items, expected {len(expected)}")
     if isinstance(got, dict) and isinstance(expected, dict):
         extra, lacking = set(got) - set(expected), set(expected) - set(got)
         if extra or lacking:
-            return f"keys only in got: {safe_repr(sorted(extra, key=repr), 80)}; only in expected: {safe_repr(sorted(lacking, key=repr), 80)}"
-    return None
+            parts.append(f"keys only in got: {safe_repr(sorted(extra, key=repr), 80)}; only in expected: "
+                         f"{safe_repr(sorted(lacking, key=repr), 80)}")
+    return "; ".join(p for p in parts if p) or None
 
 
 def describe_failure(exc: BaseException, test_path: str, solution_path: str | None) -> dict:
     """Classify an exception raised by a test and describe it for the reader."""
+    if isinstance(exc, ExampleMismatch):
+        return {"verdict": WRONG, "message": exc.failure["message"], "failure": {**exc.failure, "traceback": []}}
+    label = "problem.md" if os.path.basename(test_path) == "problem.md" else "test.py"
     test_where = _innermost(exc.__traceback__, test_path)
     your_where = _innermost(exc.__traceback__, solution_path)
     remote = getattr(exc, "remote_failure", None)   # raised by the reader's code in the judge's child process
@@ -612,17 +819,19 @@ def describe_failure(exc: BaseException, test_path: str, solution_path: str | No
     else:
         verdict = RUNTIME
         message = _exception_text(exc)
+        if isinstance(exc, MemoryError) and not str(exc) and _STATE.get("memory_mb"):
+            message += f": over the memory limit of your code ({_STATE['memory_mb']} MiB)"
         if isinstance(exc, NotImplementedError) and (your_where is not None or (remote or {}).get("yours")):
             message += " -- this is still the starter's placeholder; write the body"
         failure["exception"] = type(exc).__name__
     if test_where is not None:
-        failure["test"] = describe_frame(*test_where, "test.py")
+        failure["test"] = describe_frame(*test_where, label)
     if your_where is not None:
         failure["yours"] = describe_frame(*your_where, "your file")
     elif remote and remote.get("yours"):
         failure["yours"] = remote["yours"]
     failure["traceback"] = [
-        {"file": "test.py" if _same_file(fs.filename, test_path) else "your file", "lineno": fs.lineno,
+        {"file": label if _same_file(fs.filename, test_path) else "your file", "lineno": fs.lineno,
          "function": fs.name, "line": (fs.line or "").strip()}
         for fs in traceback.extract_tb(exc.__traceback__)
         if _same_file(fs.filename, test_path) or _same_file(fs.filename, solution_path)][-8:]
@@ -647,6 +856,7 @@ def run_test(name: str, func: Callable, test_path: str, solution_path: str | Non
     try/finally rather than contextlib: nothing the reader's code can patch stands between an
     assertion failing and the verdict.
     """
+    test_path = getattr(func, "judge_test_path", test_path)   # problem.md for the worked example
     out = _HELPERS["CapturedOutput"](STDOUT_LIMIT)
     saved = sys.stdout, sys.stderr, sys.breakpointhook
     if capture:
@@ -669,7 +879,51 @@ def run_test(name: str, func: Callable, test_path: str, solution_path: str | Non
     printed = out.getvalue()
     if printed:
         result["stdout"] = printed
+        if out.cut():
+            result["stdout_cut"] = out.cut()
     return result
+
+
+EXIT_OUT_OF_MEMORY = 105   # a judge's child that ran out of memory outside every guard exits so
+
+
+def describe_exit(status: int | None, memory_mb: int | None = None, cpu_seconds: float | None = None) -> str:
+    """How a process of the reader's code ended, from its exit status as subprocess gives it (a
+    negative number: the signal that killed it): which limit, or a crash, or an exit of its own."""
+    import signal
+    if status is None:
+        return "it closed its end of the judge's pipe (or ended in a way the judge could not see)"
+    if status < 0:
+        sig = -status
+        name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else f"signal {sig}"
+        if sig == getattr(signal, "SIGXCPU", None):
+            limit = f" ({cpu_seconds:g} s)" if cpu_seconds else ""
+            return f"it used up the CPU time of the whole run{limit}: the kernel's limit (RLIMIT_CPU) stopped it"
+        if sig == signal.SIGKILL:
+            return "it was killed (SIGKILL): the system's out-of-memory killer, or the judge's wall-clock limit"
+        if sig in (signal.SIGSEGV, getattr(signal, "SIGBUS", -1), signal.SIGILL, signal.SIGFPE):
+            return f"it crashed ({name}) in native code"
+        if sig == signal.SIGABRT:
+            limit = f" under the memory limit of {memory_mb} MiB" if memory_mb else ""
+            return f"it aborted (SIGABRT): a library gave up, often for lack of memory{limit}"
+        return f"it was ended by {name}"
+    if status == EXIT_OUT_OF_MEMORY:
+        return f"it ran over the memory limit of your code ({memory_mb} MiB)" if memory_mb else "it ran out of memory"
+    return f"it exited with code {status} (os._exit(), or an error outside every test)"
+
+
+def timeout_message(seconds: float, printed: tuple[int, int] = (0, 0)) -> str:
+    """The message of a test that ran out of CPU time; ``printed``: (characters, line breaks) the
+    test printed first. A lot of printing is named as the likely cause: a correct solution that
+    prints megabytes is slow, not an endless loop."""
+    chars, lines = printed
+    text = f"did not finish within {seconds:g} s of CPU time"
+    if chars >= 100_000:
+        return (text + f": it printed {chars:,} characters ({lines:,} lines) first, and printing that much is slow; "
+                "print less (or nothing) and run it again")
+    if chars:
+        return text + f" (an endless loop?); it printed {chars:,} characters ({lines:,} lines) first"
+    return text + " (an endless loop?)"
 
 
 def summarize(results: list[dict]) -> dict:
@@ -683,18 +937,19 @@ def summarize(results: list[dict]) -> dict:
 
 def run_tests(test_path: str | os.PathLike, module: types.ModuleType, *, examples_only: bool = False,
               only: list[str] | None = None, solution_path: str | None = None,
-              on_event: Callable[[dict], None] | None = None) -> dict:
+              on_event: Callable[[dict], None] | None = None, worked: dict | None = None) -> dict:
     """Run an exercise's tests against an already loaded module, in this process.
 
     ``solution_path`` is the file the module came from (to point at the reader's lines); pass
     None for a module assembled in memory, e.g. one exposing a nano_engine class.
     ``on_event`` receives {"event": "start", "test": name} before each test and
     {"event": "result", **result} after it (the child process streams these to the judge).
+    ``worked``: problem.md's worked examples, run first (``worked_example_cases``).
     """
     test_path = str(test_path)
     solution_path = solution_path or getattr(module, "__file__", None)
     with registered(module):
-        tests = select_tests(load_tests(test_path, module), examples_only=examples_only, only=only)
+        tests = select_tests(load_tests(test_path, module, worked=worked), examples_only=examples_only, only=only)
         results = []
         for name, func in tests:
             if on_event:
@@ -731,14 +986,19 @@ def select_tests(tests: list[tuple[str, Callable]], *, examples_only: bool = Fal
 
 
 def judge_in_process(test_path: str | os.PathLike, solution_path: str | os.PathLike,
-                     starter_path: str | os.PathLike | None = None, *, examples_only: bool = False) -> dict:
+                     starter_path: str | os.PathLike | None = None, *, examples_only: bool = False,
+                     problem_path: str | os.PathLike | None = None) -> dict:
     """Load a file and run the tests on it in this process (no time limit): the whole judge minus
-    isolation, e.g. for a browser. Returns the same report shape as the child process produces."""
+    isolation, e.g. for a browser. Returns the same report shape as the child process produces.
+    The worked examples of ``problem_path`` (by default the problem.md beside test.py) run first."""
+    problem = Path(problem_path) if problem_path else Path(test_path).with_name("problem.md")
+    cases = worked_example_cases(problem.read_text(encoding="utf-8")) if problem.is_file() else []
+    worked = {"path": str(problem), "examples": cases} if cases else None
     try:
         module = load_solution(solution_path, starter_path)
     except LoadError as exc:
-        return not_run_report(list_test_names(test_path, examples_only=examples_only), exc.info)
-    return run_tests(test_path, module, examples_only=examples_only, solution_path=str(solution_path))
+        return not_run_report(list_test_names(test_path, examples_only=examples_only, worked=bool(worked)), exc.info)
+    return run_tests(test_path, module, examples_only=examples_only, solution_path=str(solution_path), worked=worked)
 
 
 def not_run_report(names: list[str], load_error: dict) -> dict:
@@ -748,11 +1008,12 @@ def not_run_report(names: list[str], load_error: dict) -> dict:
     return {**summarize(results), "verdict": load_error["verdict"], "load_error": load_error, "tests": results}
 
 
-def list_test_names(test_path: str | os.PathLike, *, examples_only: bool = False) -> list[str]:
+def list_test_names(test_path: str | os.PathLike, *, examples_only: bool = False, worked: bool = False) -> list[str]:
     """The names of an exercise's tests, found without importing anything (for reports about a
-    file that did not load)."""
+    file that did not load). ``worked``: problem.md has worked examples (WORKED_EXAMPLE, first)."""
     tree = parse_source(Path(test_path).read_text(encoding="utf-8"), str(test_path))
     names = [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")]
+    names = [WORKED_EXAMPLE] * worked + [n for n in names if n != WORKED_EXAMPLE]
     return [n for n in names if is_example(n)] if examples_only else names
 
 
@@ -777,14 +1038,17 @@ def _where_stuck(frame: types.FrameType | None, solution_path: str, test_path: s
 # spec, the source of this file and a secret. This file is then executed as a module that is in
 # no registry (not __main__, not sys.modules), so the reader's code finds no handle on it.
 BOOTSTRAP = """
-import json, sys, types
+import json, os, sys, types
 def _boot():
     spec = json.loads(sys.stdin.readline())
     runner = types.ModuleType("judge_runner")
     runner.__file__ = spec["runner_path"]
     exec(compile(spec.pop("runner_source"), spec["runner_path"], "exec"), runner.__dict__)
     return runner.child_main(spec)
-sys.exit(_boot())
+try:
+    sys.exit(_boot())
+except MemoryError:
+    os._exit(105)   # EXIT_OUT_OF_MEMORY: the judge names the memory limit
 """
 GUARDED_EVENTS = frozenset({"sys._getframe", "sys._current_frames", "sys.settrace", "sys.setprofile",
                             "gc.get_objects", "gc.get_referrers", "gc.get_referents"})
@@ -996,6 +1260,7 @@ def child_main(spec: dict) -> int:
             write(sign(secret, line) + " " + line + "\n")
             flush()
 
+    _STATE["memory_mb"] = spec.get("memory_mb")
     if spec.get("memory_mb"):
         try:
             import resource
@@ -1014,8 +1279,16 @@ def child_main(spec: dict) -> int:
             time.sleep(0.02)
             if _cpu_clock() > state["deadline"]:
                 frame = sys._current_frames().get(main_thread)
-                emit({"event": "timeout", "test": state["test"], "seconds": timeout,
-                      "where": _where_stuck(frame, solution, tests_path)})
+                out = sys.stdout   # the test's capture while a test runs
+                captured = type(out) is _HELPERS["CapturedOutput"]
+                printed = out.total() if captured else (0, 0)
+                event = {"event": "timeout", "test": state["test"], "seconds": timeout,
+                         "message": timeout_message(timeout, printed), "where": _where_stuck(frame, solution, tests_path)}
+                if captured and out.kept:
+                    event["stdout"] = out.getvalue()
+                    if out.cut():
+                        event["stdout_cut"] = out.cut()
+                emit(event)
                 os._exit(3)
 
     # The libraries the tests use are imported first (exercise 01 imports torch once, before the
@@ -1041,7 +1314,7 @@ def child_main(spec: dict) -> int:
         return 0
     sys.modules[SOLUTION_MODULE] = module   # this process exists only to run these tests
     try:
-        loaded = load_tests(tests_path, module, source=tests_source)
+        loaded = load_tests(tests_path, module, source=tests_source, worked=spec.get("worked"))
     except BaseException as exc:  # noqa: B036
         emit({"event": "load_error", "verdict": RUNTIME, "message": "test.py did not load: " + _exception_text(exc)})
         return 0
