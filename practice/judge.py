@@ -33,13 +33,10 @@ from __future__ import annotations
 
 import argparse
 import ast
-import concurrent.futures
 import dataclasses
-import doctest
 import functools
 import hashlib
 import hmac
-import importlib.metadata
 import importlib.util
 import json
 import os
@@ -1031,10 +1028,11 @@ def _worked_cases(text: str) -> list[dict]:
     return runner.worked_example_cases(text)
 
 
-def worked_examples(ex: Exercise) -> doctest.TestResults:
+def worked_examples(ex: Exercise) -> Any:
     """Run the worked examples of problem.md against the reference solution, in this process and
     strictly (an expected exception's message too: the statement prints the reference's). Raises
     AssertionError naming the first example that disagrees."""
+    import doctest  # its TestResults: what the project's tests read
     worked = worked_example_spec(ex)
     if worked is None:
         return doctest.TestResults(0, 0)
@@ -1087,11 +1085,12 @@ def check_exercise(ex: Exercise, timeout: float = DEFAULT_TIMEOUT, mutate: bool 
                 files.append((f"mistake {mistake['name']}", generated, mistake.get("explain", "")))
             except (ValueError, KeyError) as exc:
                 problems.append(f"mistakes.py: {exc}")
+        import concurrent.futures  # here only: importing it (logging with it) costs every `test` 20 ms
         with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
             reports = list(pool.map(lambda item: judge_file(ex, item[1], timeout=timeout,
                                                             first_failure=item[0] != "reference"), files))
-            isolated = list(pool.map(lambda item: judge_file(ex, item[1], timeout=timeout, isolated=True,
-                                                             first_failure=item[0] != "reference"), files))
+            isolated = list(pool.map(lambda pair: _judge_isolated_like(ex, pair[0], pair[1], timeout),
+                                     zip(files, reports, strict=True)))
     rows = []
     for (label, _, explain), report, alone in zip(files, reports, isolated, strict=True):
         expected_accepted = label == "reference"
@@ -1139,6 +1138,21 @@ def check_exercise(ex: Exercise, timeout: float = DEFAULT_TIMEOUT, mutate: bool 
     return result
 
 
+def _judge_isolated_like(ex: Exercise, item: tuple, report: dict, timeout: float) -> dict:
+    """check's isolated judging of one file, after the in-child one (``report``). The reference:
+    every test. A file the in-child runner rejected in a test: that test first, alone -- it must
+    reject the file under the isolated runner too, which is what check asks of a wrong file; only
+    where it does not are the tests run in order up to the first failure. Each mistake's random
+    tests then cost one isolated run of the test that catches it, not of every test before it."""
+    label, path, _ = item
+    caught = [t["name"] for t in report.get("tests", []) if t["verdict"] not in (runner.ACCEPTED, NOT_RUN)]
+    if label != "reference" and caught and not report.get("load_error"):
+        alone = judge_file(ex, path, timeout=timeout, isolated=True, only=caught[:1])
+        if alone["verdict"] != runner.ACCEPTED:
+            return alone
+    return judge_file(ex, path, timeout=timeout, isolated=True, first_failure=label != "reference")
+
+
 def _first_docstring_line(path: Path) -> str:
     try:
         doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
@@ -1159,6 +1173,7 @@ def _mutation_line(r: dict) -> str:
 
 
 def _package_version(name: str) -> str | None:
+    import importlib.metadata  # doctor only: 25 ms of every other command
     if importlib.util.find_spec(name) is None:
         return None
     try:

@@ -1605,3 +1605,36 @@ def test_the_ways_a_process_ends_are_named():
     assert "memory limit of your code (2048 MiB)" in runner.describe_exit(runner.EXIT_OUT_OF_MEMORY, 2048)
     assert "out-of-memory killer" in runner.describe_exit(-signal.SIGKILL)
     assert "exited with code 7" in runner.describe_exit(7)
+
+
+def test_the_worked_examples_are_parsed_as_doctest_parses_them():
+    """runner.worked_example_cases parses the fences without importing doctest (20 ms of every
+    `judge.py test`): on every problem.md, and on the shapes doctest knows, it gives doctest's examples."""
+    import doctest
+    sample = textwrap.dedent("""\
+        ## Worked example
+
+        ```python
+        >>> x = [1,
+        ...      2]
+        >>> x
+        [1, 2]
+        >>> # a comment is not an example
+        >>> def f():
+        ...     raise ValueError("no")
+        >>> f()
+        Traceback (most recent call last):
+          File "<stdin>", line 1, in <module>
+        ValueError: no
+        >>> print("a")
+        a
+        <BLANKLINE>
+
+        ```
+        """)
+    for text in [sample] + [ex.problem.read_text() for ex in judge.find_exercises()]:
+        ours = runner.worked_example_cases(text)
+        fences = re.findall(r"```python\n(.*?)```", text.split("## Worked example", 1)[-1], re.S)
+        theirs = [e for fence in fences for e in doctest.DocTestParser().get_examples(fence)]
+        assert [(c["source"], c["want"], c["exc_msg"]) for c in ours] == [(e.source, e.want, e.exc_msg) for e in theirs]
+    assert [c["lineno"] for c in runner.worked_example_cases(sample)] == [4, 6, 9, 11, 15]
