@@ -1549,12 +1549,18 @@ _ZYGOTE: dict[str, Any] = {}
 _ZYGOTE_LOCK = threading.Lock()
 
 
-def start_zygote() -> None:
-    """Fork the zygote now (judge.py calls this before it loads any test or starts threads)."""
+def start_zygote(runner_path: str | None = None) -> None:
+    """Fork the zygote now (judge.py calls this before it loads any test or starts threads).
+    ``runner_path``: runner.py, compiled once here for the in-child runner's processes."""
     import socket
     with _ZYGOTE_LOCK:
         if _ZYGOTE.get("owner") == os.getpid():
             return
+        if runner_path is not None:
+            import hashlib
+            with open(runner_path, encoding="utf-8") as f:
+                source = f.read()
+            _RUNNER_CODE[hashlib.sha256(source.encode("utf-8")).hexdigest()] = compile(source, runner_path, "exec")
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         pid = os.fork()
         if pid == 0:   # pragma: no cover -- the zygote
@@ -1617,8 +1623,10 @@ def stop_zygote() -> None:
 
 
 def _zygote_main(sock: Any) -> None:   # pragma: no cover -- runs in the zygote
+    import gc
     import socket
     signal.signal(signal.SIGINT, signal.SIG_IGN)    # Ctrl-C ends the judge; the zygote sees its socket close
+    gc.freeze()   # the children's collector leaves the inherited objects alone: no copy of their pages
     children: set[int] = set()
     ended: dict[int, int] = {}   # pid -> exit status as subprocess gives it (negative: the signal)
 
@@ -1693,16 +1701,43 @@ def _child_entry() -> int:   # pragma: no cover -- runs in the learner's process
         data += chunk
     size = _HEADER.unpack_from(data)[0]
     spec = json.loads(bytes(data[4:4 + size]))
-    runner = sys.modules[spec["runner_module"]]
+    del data
     if "torch" in sys.modules:   # imported by the judge before the zygote: one thread after a fork
         try:
             sys.modules["torch"].set_num_threads(1)
         except Exception:
             pass
+    if spec.get("kind") == "in-child":
+        return _in_child_entry(spec)
+    runner = sys.modules[spec["runner_module"]]
     try:
-        return child_main(spec, runner, 0, 1, bytes(data[4 + size:]))
+        return child_main(spec, runner, 0, 1, b"")
     except MemoryError:   # outside every answer's guard: the judge names the limit from this status
         return runner.EXIT_OUT_OF_MEMORY
+
+
+def _in_child_entry(spec: dict) -> int:   # pragma: no cover -- runs in the learner's process
+    """The in-child runner's process (judge.py's ``test``): the tests and the code here, as in a
+    new interpreter started with ``runner.BOOTSTRAP``, without starting one (the tests' libraries
+    are already imported; for exercise 01, torch). runner.py is executed afresh, as a module in no
+    registry, so that the code's changes to the runner module the judge loaded reach nothing here."""
+    import hashlib
+    os.chdir(spec["home"])
+    sys.dont_write_bytecode = True
+    os.environ["PYTHONBREAKPOINT"] = "0"    # a breakpoint() while the file loads: ignored, as for BOOTSTRAP
+    source = spec.pop("runner_source")
+    digest = hashlib.sha256(source.encode("utf-8")).hexdigest()
+    code = _RUNNER_CODE.get(digest) or compile(source, spec["runner_path"], "exec")
+    module = types.ModuleType("judge_runner")
+    module.__file__ = spec["runner_path"]
+    exec(code, module.__dict__)
+    try:
+        return module.child_main(spec)
+    except MemoryError:   # outside every test's guard: the judge names the limit from this status
+        return module.EXIT_OUT_OF_MEMORY
+
+
+_RUNNER_CODE: dict[str, types.CodeType] = {}   # sha256 of runner.py's text -> its code, compiled in the zygote
 
 
 def _set_limits(memory_mb: int | None, cpu_seconds: float) -> None:
@@ -1807,15 +1842,14 @@ def child_main(spec: dict, runner: types.ModuleType, in_fd: int, out_fd: int, pe
     return 0
 
 
-def start(spec: dict, *, runner_module: str, wall_limit: float = 60.0, load_wall_limit: float = 180.0,
-          stderr: Any = None) -> tuple[Link, dict | None]:
-    """Start a learner's process for ``spec`` (see child_main); return its Link and its load
-    error (or None). ``runner_module``: the name runner.py has in sys.modules. The judge spends
-    on one message of the child's at most what the child may use (``spec["memory_mb"]``)."""
+def spawn(stderr_fd: int | None = None) -> tuple[int, int, int]:
+    """A new process forked from the zygote, in a session of its own: (its pid, the descriptor
+    that writes to its stdin, the one that reads its stdout); its stderr is ``stderr_fd``
+    (/dev/null without one). It waits for one message on stdin, its spec (``_child_entry``)."""
     start_zygote()
     to_child_r, to_child_w = os.pipe()
     from_child_r, from_child_w = os.pipe()
-    err_fd = stderr.fileno() if stderr is not None else os.open(os.devnull, os.O_WRONLY)
+    err_fd = stderr_fd if stderr_fd is not None else os.open(os.devnull, os.O_WRONLY)
     import socket
     try:
         with _ZYGOTE_LOCK:
@@ -1828,9 +1862,22 @@ def start(spec: dict, *, runner_module: str, wall_limit: float = 60.0, load_wall
                     raise OSError("the judge's zygote process ended")
                 answer += chunk
         pid = _HEADER.unpack(answer)[0]
+    except BaseException:
+        os.close(to_child_w)
+        os.close(from_child_r)
+        raise
     finally:
-        for fd in (to_child_r, from_child_w) + (() if stderr is not None else (err_fd,)):
+        for fd in (to_child_r, from_child_w) + (() if stderr_fd is not None else (err_fd,)):
             os.close(fd)
+    return pid, to_child_w, from_child_r
+
+
+def start(spec: dict, *, runner_module: str, wall_limit: float = 60.0, load_wall_limit: float = 180.0,
+          stderr: Any = None) -> tuple[Link, dict | None]:
+    """Start a learner's process for ``spec`` (see child_main); return its Link and its load
+    error (or None). ``runner_module``: the name runner.py has in sys.modules. The judge spends
+    on one message of the child's at most what the child may use (``spec["memory_mb"]``)."""
+    pid, to_child_w, from_child_r = spawn(stderr.fileno() if stderr is not None else None)
     link = Link(to_child_w, from_child_r, pid, load_wall_limit,
                 budget=int(spec["memory_mb"]) * 2**20 if spec.get("memory_mb") else DEFAULT_BUDGET)
     link.describe_exit = functools.partial(sys.modules[runner_module].describe_exit, memory_mb=spec.get("memory_mb"),
