@@ -24,7 +24,7 @@ Your code runs in a separate Python process with a time limit and a memory limit
 loop or a crash is reported as a verdict ("timeout", "runtime error") instead of hanging the judge.
 Two runners: `test` runs the tests with your code in that process and decides the verdict here,
 from its signed results (fast); `verify` and `test --isolated` run the tests here and your code
-behind proxy.py, plain data between, so your code cannot reach the tests (see practice/README.md).
+behind proxy.py, plain data between, so your code cannot reach the tests (see practice/JUDGE.md).
 Standard library only: the tests themselves run in runner.py, which a browser could run too.
 Exit status: 0 when accepted (or the command succeeded), 1 otherwise, 2 for a usage error.
 """
@@ -476,17 +476,20 @@ LINE_LIMIT = 1 << 20   # characters: a longer line on the child's channel is not
 def _pump(stream, lines: queue.Queue) -> None:
     """The child's lines, each at most LINE_LIMIT characters: code that writes an endless line to
     the judge's channel costs the judge no memory (the line is read in pieces and dropped)."""
-    while True:
-        line = stream.readline(LINE_LIMIT)
-        if not line:
-            break
-        if len(line) == LINE_LIMIT and not line.endswith("\n"):
-            while True:   # the rest of the overlong line
-                rest = stream.readline(LINE_LIMIT)
-                if not rest or rest.endswith("\n"):
-                    break
-            line = "\n"   # no signature: counted as a line the runner did not write
-        lines.put(line)
+    try:
+        while True:
+            line = stream.readline(LINE_LIMIT)
+            if not line:
+                break
+            if len(line) == LINE_LIMIT and not line.endswith("\n"):
+                while True:   # the rest of the overlong line
+                    rest = stream.readline(LINE_LIMIT)
+                    if not rest or rest.endswith("\n"):
+                        break
+                line = "\n"   # no signature: counted as a line the runner did not write
+            lines.put(line)
+    except (OSError, ValueError):   # the stream was closed under the read: the child has been ended
+        pass
     lines.put(None)
 
 

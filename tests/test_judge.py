@@ -826,7 +826,7 @@ def test_a_test_function_handed_to_the_code_cannot_reach_the_tests_when_isolated
 
 def test_route_2_fools_the_in_child_runner_and_verify_reports_it(tmp_path, workspace):
     """Route 2 under the in-child runner `test` uses: the tests run in the code's process, so the
-    forged file is accepted and recorded (this is the route; practice/README.md says so). `verify`
+    forged file is accepted and recorded (this is the route; practice/JUDGE.md says so). `verify`
     re-judges with the isolated runner and reports the record."""
     copy = _copy_practice(tmp_path)
     assert _run_copy(copy, "start", "52", workspace=workspace).returncode == 0
@@ -1638,3 +1638,17 @@ def test_the_worked_examples_are_parsed_as_doctest_parses_them():
         theirs = [e for fence in fences for e in doctest.DocTestParser().get_examples(fence)]
         assert [(c["source"], c["want"], c["exc_msg"]) for c in ours] == [(e.source, e.want, e.exc_msg) for e in theirs]
     assert [c["lineno"] for c in runner.worked_example_cases(sample)] == [4, 6, 9, 11, 15]
+
+
+def test_the_learners_page_is_short_and_the_judges_page_exists():
+    """practice/README.md is the learner's page (issue 35.5): under 100 lines, the commands a learner
+    runs and the verdicts; how the judge protects itself is on its own page, linked from it."""
+    readme = (PRACTICE / "README.md").read_text()
+    assert len(readme.splitlines()) < 100
+    for needed in ("judge.py start 21", "judge.py test 21 --run", "judge.py test 21", "judge.py list",
+                   "judge.py verify", "| refused |", "| timeout |", "[JUDGE.md](JUDGE.md)"):
+        assert needed in readme, needed
+    judge_page = (PRACTICE / "JUDGE.md").read_text()
+    for needed in ("## Two runners", "### Mutation testing", "## The worked examples are a test", "## Cost"):
+        assert needed in judge_page, needed
+    assert "COST_TABLE" not in judge_page, "the cost table is filled in from benchmarks/judge_runners.py"
