@@ -38,12 +38,12 @@ def exercises() -> list[str]:
     return [row["number"] for row in json.loads(out.stdout)]
 
 
-def timed_run(number: str, isolated: bool) -> tuple[float, float, str]:
-    """One ``judge.py solution N --json``: (wall seconds, CPU seconds of it and its children, verdict)."""
+def judged(args: list[str], env: dict | None = None) -> tuple[float, float, str]:
+    """One ``judge.py ARGS --json``: (wall seconds, CPU seconds of it and its children, verdict)."""
     before = os.times()
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, str(JUDGE), "solution", number, "--json"] + (["--isolated"] if isolated else []),
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.run([sys.executable, str(JUDGE), *args, "--json"], capture_output=True, text=True,
+                          timeout=900, env=env)
     wall = time.perf_counter() - start
     after = os.times()
     cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
@@ -54,17 +54,14 @@ def timed_run(number: str, isolated: bool) -> tuple[float, float, str]:
     return wall, cpu, verdict
 
 
+def timed_run(number: str, isolated: bool) -> tuple[float, float, str]:
+    """One ``judge.py solution N``, under the isolated runner or not."""
+    return judged(["solution", number] + (["--isolated"] if isolated else []))
+
+
 def learner_run(number: str, workspace: Path) -> tuple[float, str]:
-    """One ``judge.py test N --json`` on the workspace's file: (CPU seconds of it and its children, verdict)."""
-    before = os.times()
-    proc = subprocess.run([sys.executable, str(JUDGE), "test", number, "--json"], capture_output=True, text=True,
-                          timeout=900, env={**os.environ, "NANO_ENGINE_WORKSPACE": str(workspace)})
-    after = os.times()
-    cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
-    try:
-        verdict = json.loads(proc.stdout)["verdict"]
-    except (ValueError, KeyError):
-        verdict = f"no report (exit {proc.returncode})"
+    """One ``judge.py test N`` on the workspace's file: (CPU seconds, verdict)."""
+    _, cpu, verdict = judged(["test", number], env={**os.environ, "NANO_ENGINE_WORKSPACE": str(workspace)})
     return cpu, verdict
 
 
