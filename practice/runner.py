@@ -512,7 +512,11 @@ def load_solution(path: str | os.PathLike, starter_path: str | os.PathLike | Non
             raise LoadError({"verdict": RUNTIME, "message": "missing: " + "; ".join(missing), "missing": missing})
         borrowed = borrowed_names(module, starter_path)
         if borrowed:
-            raise LoadError({"verdict": REFUSED, "message": borrowed_message("; ".join(borrowed)), "borrowed": borrowed})
+            message = ("; ".join(borrowed) + ". Every function and class the exercise asks for must be defined in "
+                       "the file you hand in (helpers it uses may live beside it).")
+            if any(PACKAGE in b for b in borrowed):
+                message = borrowed_message(f"takes its answer from {PACKAGE} ({'; '.join(borrowed)})")
+            raise LoadError({"verdict": REFUSED, "message": message, "borrowed": borrowed})
     return module
 
 

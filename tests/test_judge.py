@@ -1652,3 +1652,19 @@ def test_the_learners_page_is_short_and_the_judges_page_exists():
     for needed in ("## Two runners", "### Mutation testing", "## The worked examples are a test", "## Cost"):
         assert needed in judge_page, needed
     assert "COST_TABLE" not in judge_page, "the cost table is filled in from benchmarks/judge_runners.py"
+
+
+def test_a_class_the_package_made_is_refused_however_it_was_reached(tmp_path, workspace):
+    """Exercise 22's tests mention nano_engine, so `test` does not seal its process off from the
+    package: a module name computed at run time passes the source scan, but the class the file
+    hands over is the package's, and that is refused (`verify` refuses the import itself)."""
+    path = write(tmp_path / "computed_22.py", textwrap.dedent("""\
+        import importlib
+
+        _name = "nano_" + "engine.prefix_cache"
+        PrefixCachingBlockPool = importlib.import_module(_name).PrefixCachingBlockPool
+        """))
+    report = _judge_json("test", "22", "--file", str(path), workspace=workspace)
+    assert report["verdict"] == "refused", report["summary"]
+    assert report["load_error"]["message"].startswith("your file takes its answer from nano_engine "
+                                                      "(`PrefixCachingBlockPool` is nano_engine.prefix_cache.")
