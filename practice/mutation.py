@@ -376,6 +376,10 @@ def mutate_exercise(ex, runner: types.ModuleType, judge_file: Callable | None = 
                 __import__(name)
             except Exception:
                 pass
+        try:   # and compile test.py once (its asserts rewritten): each mutant's fork finds it compiled
+            runner.compile_tests(ex.tests.read_text(encoding="utf-8"), str(ex.tests))
+        except SyntaxError:
+            pass   # reported when the tests load
     # One run of the reference sets the time limit, in CPU time: a mutant may be slower, not
     # endlessly so.
     baseline = (_run_in_fork(runner, ex.tests, source, 120.0) if use_fork

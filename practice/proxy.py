@@ -57,8 +57,11 @@ import types
 from typing import Any, Callable, Iterable
 
 MAX_MESSAGE = 256 * 2**20          # bytes in one message from the child (a bigger one is refused)
+DEFAULT_BUDGET = 2048 * 2**20      # the judge's memory for one message, when no memory limit is given
+WRITE_STALL = 20.0                 # seconds of wall-clock time a write to the child may make no progress
 PRINT_LIMIT = 2000                 # characters of the learner's printing kept per test
 _HEADER = struct.Struct(">I")
+_STATUS, _UNKNOWN = struct.Struct(">q"), -(1 << 62)   # the zygote's answer: how a child ended
 _TUPLE_FIELD = type(collections.namedtuple("_Pair", "a b").a)   # what a named tuple's field is (its getter)
 _is = operator.is_
 _SCALARS = frozenset({type(None), bool, int, str})
@@ -317,7 +320,9 @@ def _live_class(base: type) -> type:
     namespace: dict[str, Any] = {name: forward(name) for name in _MUTATORS[base]}
     namespace.update(_link=None, __copy__=plain_copy, copy=plain_copy, __reduce_ex__=lambda self, p: (base, (base(self),)),
                      __deepcopy__=lambda self, memo: __import__("copy").deepcopy(base(self), memo))
-    return type(f"Mirrored{base.__name__.capitalize()}", (base,), namespace)
+    # named as its base: a mirror's repr (a deque's, an OrderedDict's) and its type in a report read
+    # as they do in one process
+    return type(base.__name__, (base,), namespace)
 
 
 _LIVE = {tag: _live_class(base) for tag, base in _CONTAINER_TAGS.items()}
@@ -340,8 +345,11 @@ def _fill(obj: Any, tag: str, items: list, values: list | None) -> None:
 class Link:
     """The judge's end of the pipe to one child: requests, answers, mirrors, callbacks."""
 
-    def __init__(self, send_fd: int, recv_fd: int, pid: int, wall_limit: float):
+    def __init__(self, send_fd: int, recv_fd: int, pid: int, wall_limit: float, budget: int = DEFAULT_BUDGET):
         self.send_fd, self.recv_fd, self.pid, self.wall_limit = send_fd, recv_fd, pid, wall_limit
+        self.budget = budget                  # bytes the judge may spend on one message: the child's own limit
+        self.received = 0                     # bytes of messages so far (the mirrors they made stay in the judge)
+        self.describe_exit: Callable[[int | None], str] = lambda status: f"exit status {status}"
         self.buffer = bytearray()
         self.objects: dict[int, Any] = {}     # handle -> mirror (the child keeps the object as long)
         self.handles: dict[int, int] = {}     # id(mirror) -> handle
@@ -358,13 +366,22 @@ class Link:
     # -- the wire ----------------------------------------------------------------------------
 
     def send(self, message: list) -> None:
+        """Write one message. A child that stops reading (a callback's reply of megabytes the code
+        never reads) would block the write forever: the watchdog ends it after ``wall_limit``."""
         data = self._encode_json(message).encode("utf-8")
-        data = _HEADER.pack(len(data)) + data
+        view = memoryview(_HEADER.pack(len(data)) + data)
+        stall = min(self.wall_limit, WRITE_STALL)
         try:
-            while data:
-                data = data[os.write(self.send_fd, data):]
+            while view:
+                self.wall_deadline = time.monotonic() + stall   # reading a message costs the child next to nothing
+                view = view[os.write(self.send_fd, view):]
         except OSError:
+            if self.wall_expired:
+                self.stop(JudgeStop("timeout", f"your code stopped reading the judge's messages: no progress within "
+                                               f"{stall:g} s of wall-clock time"))
             self._stop_dead()
+        finally:
+            self.wall_deadline = float("inf")
 
     def _fill_buffer(self, need: int) -> None:
         """Read until ``need`` bytes are buffered: a plain blocking read (no select per answer);
@@ -386,17 +403,36 @@ class Link:
             self.wall_deadline = float("inf")
 
     def receive(self) -> Any:
+        """The next message, decoded. Its memory is bounded by ``budget`` (what the child may use):
+        the frame and its text take twice its size, and the objects the JSON decoder builds are
+        counted before it runs (``decoded_size``: ~70 bytes per ``[]``), so a frame of empty lists
+        is refused rather than decoded into gigabytes. What the judge keeps (the mirrors) is bounded
+        too: all messages of a run together may not exceed ``budget / 16``."""
         self._fill_buffer(4)
         (size,) = _HEADER.unpack_from(self.buffer)
-        if size > MAX_MESSAGE:
-            self.stop(JudgeStop("runtime error", "your code returned a value too large to judge"))
+        if size > MAX_MESSAGE or 2 * size > self.budget:
+            self._too_large(2 * size)
+        self.received += 4 + size
+        if self.received > self.budget // 16:   # mirrors cost the judge up to ~8 bytes per byte received
+            self.stop(JudgeStop("runtime error", f"your code sent the judge more than {self.budget / 2**24:,.0f} MiB "
+                                                 "in this run, too much to mirror (an honest run sends a few MB)"))
         self._fill_buffer(4 + size)
-        data = self.buffer[4:4 + size]
-        del self.buffer[:4 + size]
+        buffer = self.buffer
+        need = 2 * size + decoded_size(buffer, 4, 4 + size)
+        if need > self.budget:
+            self._too_large(need)
         try:
-            return json.loads(data.decode("utf-8"))   # a str: no guessing of the encoding
+            with memoryview(buffer) as view:
+                text = str(view[4:4 + size], "utf-8")   # a str: no guessing of the encoding
+            del buffer[:4 + size]
+            return json.loads(text)
         except (ValueError, RecursionError):
             self.stop(JudgeStop("runtime error", "the child process wrote something that is not an answer"))
+
+    def _too_large(self, need: int) -> None:
+        self.stop(JudgeStop("runtime error", f"your code sent the judge a value too large to judge: reading it would "
+                                             f"take about {need / 2**20:,.0f} MiB, more than the "
+                                             f"{self.budget / 2**20:,.0f} MiB your code may use"))
 
     def stop(self, why: JudgeStop) -> None:
         if self.stopped is None:
@@ -404,8 +440,11 @@ class Link:
         raise self.stopped
 
     def _stop_dead(self) -> None:
-        self.stop(JudgeStop("runtime error", "the Python process ended during this test: os._exit(), a crash, "
-                                             "or over the memory limit"))
+        """The child's end of the pipe closed: say how the child ended (which limit, a crash, an exit)."""
+        if self.stopped is None:
+            why = self.describe_exit(child_status(self.pid) if self.pid > 0 else None)
+            self.stopped = JudgeStop("runtime error", f"the Python process ended during this test: {why}")
+        raise self.stopped
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -451,20 +490,23 @@ class Link:
                     self._apply(answer[3])
                     self._serve_callback(answer[1], answer[2], answer[5] if len(answer) > 5 else None)
                     continue
-                elif kind == "X":   # ["X", message, where]: the child's watchdog
+                elif kind == "X":   # ["X", message, where(, printed)]: the child's watchdog
+                    if len(answer) > 3:
+                        self._printed(answer[3])
                     where = _clean_where(answer[2])
                     failure = self.stopped = JudgeStop("timeout", str(answer[1])[:500], where)
                 else:
                     raise ProtocolError(f"unknown answer {kind!r}")
-            except (ProtocolError, LookupError, TypeError, ValueError, AttributeError) as exc:
+            except Exception as exc:   # ProtocolError, a missing field, a value deeper than the recursion limit...
                 failure = self.stopped = self.stopped or JudgeStop(
-                    "runtime error", f"the child process answered something malformed ({type(exc).__name__}: {exc})")
+                    "runtime error", f"the child process answered something malformed ({type(exc).__name__}: "
+                                     f"{str(exc)[:200]})")
             raise failure
 
     def _printed(self, printed: object) -> None:
         if not printed:
             return
-        text, dropped = printed
+        text, dropped, lines = (list(printed) + [0])[:3]   # type: ignore[call-overload]
         out = self.output
         if out is None:
             return
@@ -472,6 +514,7 @@ class Link:
             out.write(text)
         if type(dropped) is int and dropped > 0 and hasattr(out, "dropped"):
             out.dropped += dropped
+            out.dropped_lines += lines if type(lines) is int and lines > 0 else 0
 
     def _serve_callback(self, index: object, args: object, method: object = None) -> None:
         if type(index) is not int or not 0 <= index < len(self.callbacks) or not isinstance(args, list):
@@ -724,10 +767,22 @@ class Link:
         return exc
 
     def begin_test(self, timeout: float, output: Any) -> None:
-        """A test starts: the child's CPU clock gets ``timeout`` seconds; its printing goes to ``output``."""
+        """A test starts: the child's CPU clock gets ``timeout`` seconds; its printing goes to ``output``.
+        The only right answer is ["R", None, ...]: anything else (an error, an exception of the
+        code's, a load error) means the child's end of the protocol was tampered with, and the test
+        ends as a runtime error (JudgeStop) instead of an exception outside every test's guard."""
         self.callbacks.clear()
         self.output = output
-        self.request("begin", 0, float(timeout))
+        try:
+            value = self.request("begin", 0, float(timeout))
+        except (JudgeStop, KeyboardInterrupt, SystemExit):   # the real ones: only the judge's own
+            raise
+        except BaseException as exc:  # noqa: B036 -- whatever the child's answer became
+            value = exc
+        if value is not None:
+            self.stop(JudgeStop("runtime error", "the process of your code answered the start of a test with something "
+                                                 f"else ({type(value).__name__}): its end of the judge's pipe was "
+                                                 "tampered with"))
 
     def end_test(self) -> None:
         self.output = None
@@ -750,7 +805,9 @@ class _LazyWhere(dict):
             if self.link.stopped is None:
                 try:
                     self.update(_clean_where(self.link.request("why", 0, self.token)) or {})
-                except (JudgeStop, Exception):  # noqa: B014 -- a report without the learner's line
+                except (KeyboardInterrupt, SystemExit):   # the real ones: only the judge's own
+                    raise
+                except BaseException:  # noqa: B036 -- a report without the learner's line
                     pass
         return dict.get(self, key, default)
 
@@ -760,11 +817,23 @@ _FOREIGN: dict[tuple[str, type], type] = {}
 
 def _foreign_exception(name: str, base: type) -> type:
     """A stand-in class for an exception class of the learner's (same name, builtin base). A
-    KeyboardInterrupt or SystemExit of the learner's code becomes one too: never the real one."""
+    KeyboardInterrupt or SystemExit of the learner's code becomes one too: never the real one.
+    ``learner_exception`` tells the judge's own guards (runner.safe_repr) that it may be caught."""
     if (name, base) not in _FOREIGN:
         _FOREIGN[(name, base)] = type(name if name.isidentifier() else "LearnerException", (base,),
-                                      {"__module__": "your file"})
+                                      {"__module__": "your file", "learner_exception": True})
     return _FOREIGN[(name, base)]
+
+
+def decoded_size(data: bytes | bytearray, start: int = 0, end: int | None = None) -> int:
+    """An upper bound of the memory (bytes) json.loads needs for the objects of ``data[start:end]``,
+    counted without decoding: each container (``[``, ``{``) up to ~80 bytes, each other item (a
+    comma separates items) up to ~44 (a pointer and an int or float), each string ~50 plus its text."""
+    end = len(data) if end is None else end
+    containers = data.count(b"[", start, end) + data.count(b"{", start, end)
+    items = data.count(b",", start, end) + 1
+    strings = data.count(b'"', start, end) // 2
+    return 80 * containers + 44 * items + 50 * strings + (end - start)
 
 
 def _clean_where(where: object) -> dict | None:
@@ -878,12 +947,14 @@ class _Server:
         self.deadline = [float("inf")]
         self.timeout = [0.0]
         self.printed = runner._HELPERS["CapturedOutput"](PRINT_LIMIT)
-        self.printed_sent = [0, 0]             # characters of printed.parts and of dropped already sent
+        self.printed_sent = [0, 0, 0]          # characters of printed.parts, dropped and its lines already sent
         self.roots: list[list] = []            # the objects each request in progress touches
         self.failures: dict[int, BaseException] = {}   # token -> an exception the judge may ask about
         self._encode_json = json.JSONEncoder(separators=(",", ":"), check_circular=False, default=repr).encode
         self.module: Any = None
         self.globals_seen: tuple[list, int, list[int]] = ([], -1, [])   # see global_handles
+        self.memory_mb: int | None = None
+        self.reserve: bytearray | None = bytearray(1 << 20)   # freed on a MemoryError, to answer it
 
     # -- wire --
 
@@ -897,8 +968,9 @@ class _Server:
         text, dropped = kept[self.printed_sent[0]:], out.dropped - self.printed_sent[1]
         if not text and not dropped:
             return None
-        self.printed_sent[:] = [len(kept), out.dropped]
-        return [text, dropped]
+        lines = out.dropped_lines - self.printed_sent[2]
+        self.printed_sent[:] = [len(kept), out.dropped, out.dropped_lines]
+        return [text, dropped, lines]
 
     # -- handles and contents --
 
@@ -1277,8 +1349,8 @@ class _Server:
                 self.timeout[0] = float(message[2])
                 self.deadline[0] = time.process_time() + self.timeout[0]
                 out = self.printed
-                out.parts, out.kept, out.dropped = [], 0, 0
-                self.printed_sent[:] = [0, 0]
+                out.parts, out.kept, out.dropped, out.dropped_lines = [], 0, 0, 0
+                self.printed_sent[:] = [0, 0, 0]
                 self.send(["R", None, [], None, []])
                 return
             writes: list = []
@@ -1320,11 +1392,15 @@ class _Server:
         except BaseException as exc:  # noqa: B036 -- exit() and KeyboardInterrupt too: the judge decides
             if isinstance(exc, _Quit):
                 raise
+            text = self.runner._truncate(str(exc), 2000)
+            if isinstance(exc, MemoryError):   # room to answer, and no walk of what filled the memory
+                self.reserve = None
+                roots, text = [], text or f"over the memory limit of your code ({self.memory_mb} MiB)"
             token = len(self.failures) + 1
             if token <= 1000:
                 self.failures[token] = exc
             self.send(["E", type(exc).__name__, [c.__name__ for c in type(exc).__mro__ if c.__module__ == "builtins"],
-                       self.runner._truncate(str(exc), 2000), token, self.delta(roots), self.take_printed()])
+                       text, token, self.delta(roots), self.take_printed()])
         finally:
             self.roots.pop()
 
@@ -1473,12 +1549,18 @@ _ZYGOTE: dict[str, Any] = {}
 _ZYGOTE_LOCK = threading.Lock()
 
 
-def start_zygote() -> None:
-    """Fork the zygote now (judge.py calls this before it loads any test or starts threads)."""
+def start_zygote(runner_path: str | None = None) -> None:
+    """Fork the zygote now (judge.py calls this before it loads any test or starts threads).
+    ``runner_path``: runner.py, compiled once here for the in-child runner's processes."""
     import socket
     with _ZYGOTE_LOCK:
         if _ZYGOTE.get("owner") == os.getpid():
             return
+        if runner_path is not None:
+            import hashlib
+            with open(runner_path, encoding="utf-8") as f:
+                source = f.read()
+            _RUNNER_CODE[hashlib.sha256(source.encode("utf-8")).hexdigest()] = compile(source, runner_path, "exec")
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         pid = os.fork()
         if pid == 0:   # pragma: no cover -- the zygote
@@ -1494,6 +1576,27 @@ def start_zygote() -> None:
         _ZYGOTE.update(owner=os.getpid(), socket=ours, pid=pid)
         import atexit
         atexit.register(stop_zygote)
+
+
+def child_status(pid: int) -> int | None:
+    """How a learner's process ended, as subprocess gives it (a negative number: the signal), from
+    the zygote that reaps it; None when it is unknown (still running, or no zygote of ours)."""
+    with _ZYGOTE_LOCK:
+        if _ZYGOTE.get("owner") != os.getpid():
+            return None
+        sock = _ZYGOTE["socket"]
+        try:
+            sock.sendall(b"?" + _HEADER.pack(pid))
+            answer = b""
+            while len(answer) < _STATUS.size:
+                chunk = sock.recv(_STATUS.size - len(answer))
+                if not chunk:
+                    return None
+                answer += chunk
+        except OSError:
+            return None
+    (status,) = _STATUS.unpack(answer)
+    return None if status == _UNKNOWN else status
 
 
 def stop_zygote() -> None:
@@ -1520,18 +1623,25 @@ def stop_zygote() -> None:
 
 
 def _zygote_main(sock: Any) -> None:   # pragma: no cover -- runs in the zygote
+    import gc
     import socket
     signal.signal(signal.SIGINT, signal.SIG_IGN)    # Ctrl-C ends the judge; the zygote sees its socket close
+    gc.freeze()   # the children's collector leaves the inherited objects alone: no copy of their pages
     children: set[int] = set()
+    ended: dict[int, int] = {}   # pid -> exit status as subprocess gives it (negative: the signal)
 
     def reap(block: bool) -> None:
         for pid in list(children):
             try:
-                done, _ = os.waitpid(pid, 0 if block else os.WNOHANG)
+                done, status = os.waitpid(pid, 0 if block else os.WNOHANG)
             except ChildProcessError:
-                done = pid
+                done, status = pid, None
             if done:
                 children.discard(pid)
+                if status is not None:
+                    ended[pid] = os.waitstatus_to_exitcode(status)
+                    while len(ended) > 1000:
+                        ended.pop(next(iter(ended)))
 
     while True:
         reap(block=False)
@@ -1539,6 +1649,18 @@ def _zygote_main(sock: Any) -> None:   # pragma: no cover -- runs in the zygote
             data, fds, _, _ = socket.recv_fds(sock, 16, 3)
         except OSError:
             data, fds = b"", []
+        if data[:1] == b"?" and len(data) == 5 and not fds:   # how did this child end? (waits up to 2 s)
+            (asked,) = _HEADER.unpack(data[1:])
+            for _ in range(200):
+                if asked in ended or asked not in children:
+                    break
+                time.sleep(0.01)
+                reap(block=False)
+            try:
+                sock.sendall(_STATUS.pack(ended.pop(asked, _UNKNOWN)))
+            except OSError:
+                return
+            continue
         if not data or len(fds) != 3:
             for pid in children:   # the judge has gone: end what is left, and wait for it
                 try:
@@ -1579,13 +1701,43 @@ def _child_entry() -> int:   # pragma: no cover -- runs in the learner's process
         data += chunk
     size = _HEADER.unpack_from(data)[0]
     spec = json.loads(bytes(data[4:4 + size]))
-    runner = sys.modules[spec["runner_module"]]
+    del data
     if "torch" in sys.modules:   # imported by the judge before the zygote: one thread after a fork
         try:
             sys.modules["torch"].set_num_threads(1)
         except Exception:
             pass
-    return child_main(spec, runner, 0, 1, bytes(data[4 + size:]))
+    if spec.get("kind") == "in-child":
+        return _in_child_entry(spec)
+    runner = sys.modules[spec["runner_module"]]
+    try:
+        return child_main(spec, runner, 0, 1, b"")
+    except MemoryError:   # outside every answer's guard: the judge names the limit from this status
+        return runner.EXIT_OUT_OF_MEMORY
+
+
+def _in_child_entry(spec: dict) -> int:   # pragma: no cover -- runs in the learner's process
+    """The in-child runner's process (judge.py's ``test``): the tests and the code here, as in a
+    new interpreter started with ``runner.BOOTSTRAP``, without starting one (the tests' libraries
+    are already imported; for exercise 01, torch). runner.py is executed afresh, as a module in no
+    registry, so that the code's changes to the runner module the judge loaded reach nothing here."""
+    import hashlib
+    os.chdir(spec["home"])
+    sys.dont_write_bytecode = True
+    os.environ["PYTHONBREAKPOINT"] = "0"    # a breakpoint() while the file loads: ignored, as for BOOTSTRAP
+    source = spec.pop("runner_source")
+    digest = hashlib.sha256(source.encode("utf-8")).hexdigest()
+    code = _RUNNER_CODE.get(digest) or compile(source, spec["runner_path"], "exec")
+    module = types.ModuleType("judge_runner")
+    module.__file__ = spec["runner_path"]
+    exec(code, module.__dict__)
+    try:
+        return module.child_main(spec)
+    except MemoryError:   # outside every test's guard: the judge names the limit from this status
+        return module.EXIT_OUT_OF_MEMORY
+
+
+_RUNNER_CODE: dict[str, types.CodeType] = {}   # sha256 of runner.py's text -> its code, compiled in the zygote
 
 
 def _set_limits(memory_mb: int | None, cpu_seconds: float) -> None:
@@ -1642,12 +1794,14 @@ def child_main(spec: dict, runner: types.ModuleType, in_fd: int, out_fd: int, pe
     os.chdir(spec["home"])
     sys.dont_write_bytecode = True   # nothing written next to the learner's files
     _set_limits(spec.get("memory_mb"), float(spec.get("cpu_total") or 600))
-    for name in list(spec.get("preload") or []) + ["ctypes"]:   # ctypes: numpy imports it (then it is refused)
+    preload = [n for n in spec.get("preload") or [] if n.split(".")[0] != runner.PACKAGE]   # sealed off below
+    for name in preload + ["ctypes"]:   # ctypes: numpy imports it (then it is refused)
         try:
             __import__(name)
         except Exception:
             pass
     server = _Server(runner, spec["solution"], send_bytes, recv)
+    server.memory_mb = spec.get("memory_mb")
     stderr = open(2, "w", encoding="utf-8", errors="replace", buffering=1, closefd=False)
     sys.stdout = sys.stderr = stderr   # what the file prints while it loads: the report's stderr
     sys.breakpointhook = runner._HELPERS["ignore_breakpoint"]
@@ -1659,8 +1813,8 @@ def child_main(spec: dict, runner: types.ModuleType, in_fd: int, out_fd: int, pe
             if time.process_time() > server.deadline[0]:
                 frame = sys._current_frames().get(main_thread)
                 where = runner._where_stuck(frame, spec["solution"], "") if frame is not None else None
-                data = json.dumps(["X", f"did not finish within {server.timeout[0]:g} s of CPU time "
-                                        "(an endless loop?)", {"yours": where}], default=repr).encode("utf-8")
+                message = runner.timeout_message(server.timeout[0], server.printed.total())
+                data = json.dumps(["X", message, {"yours": where}, server.take_printed()], default=repr).encode("utf-8")
                 with write_lock:
                     os.write(protocol, _HEADER.pack(len(data)) + data)
                     os._exit(3)
@@ -1668,14 +1822,11 @@ def child_main(spec: dict, runner: types.ModuleType, in_fd: int, out_fd: int, pe
     server.timeout[0] = float(spec.get("timeout") or 10)
     server.deadline[0] = time.process_time() + server.timeout[0]
     sys.path.insert(0, os.path.dirname(os.path.abspath(spec["solution"])))   # a solution may span two files
-    runner._install_guard(spec["home"], trusted=[globals()])
+    sealed = runner.seal_off_package(spec.get("package_dir"))   # the tests run in the judge: nothing here needs it
+    runner._install_guard(spec["home"], trusted=[globals()], sealed=sealed)
     _thread.start_new_thread(watchdog, ())
     try:
-        module = runner.load_module(spec["solution"])
-        missing = runner.missing_names(module, spec["starter"]) if spec.get("starter") else []
-        if missing:
-            raise runner.LoadError({"verdict": runner.RUNTIME, "message": "missing: " + "; ".join(missing),
-                                    "missing": missing})
+        module = runner.load_solution(spec["solution"], spec.get("starter"))
     except runner.LoadError as exc:
         stderr.flush()
         server.send(["L", exc.info])
@@ -1691,14 +1842,14 @@ def child_main(spec: dict, runner: types.ModuleType, in_fd: int, out_fd: int, pe
     return 0
 
 
-def start(spec: dict, *, runner_module: str, wall_limit: float = 60.0, load_wall_limit: float = 180.0,
-          stderr: Any = None) -> tuple[Link, dict | None]:
-    """Start a learner's process for ``spec`` (see child_main); return its Link and its load
-    error (or None). ``runner_module``: the name runner.py has in sys.modules."""
+def spawn(stderr_fd: int | None = None) -> tuple[int, int, int]:
+    """A new process forked from the zygote, in a session of its own: (its pid, the descriptor
+    that writes to its stdin, the one that reads its stdout); its stderr is ``stderr_fd``
+    (/dev/null without one). It waits for one message on stdin, its spec (``_child_entry``)."""
     start_zygote()
     to_child_r, to_child_w = os.pipe()
     from_child_r, from_child_w = os.pipe()
-    err_fd = stderr.fileno() if stderr is not None else os.open(os.devnull, os.O_WRONLY)
+    err_fd = stderr_fd if stderr_fd is not None else os.open(os.devnull, os.O_WRONLY)
     import socket
     try:
         with _ZYGOTE_LOCK:
@@ -1711,10 +1862,26 @@ def start(spec: dict, *, runner_module: str, wall_limit: float = 60.0, load_wall
                     raise OSError("the judge's zygote process ended")
                 answer += chunk
         pid = _HEADER.unpack(answer)[0]
+    except BaseException:
+        os.close(to_child_w)
+        os.close(from_child_r)
+        raise
     finally:
-        for fd in (to_child_r, from_child_w) + (() if stderr is not None else (err_fd,)):
+        for fd in (to_child_r, from_child_w) + (() if stderr_fd is not None else (err_fd,)):
             os.close(fd)
-    link = Link(to_child_w, from_child_r, pid, load_wall_limit)
+    return pid, to_child_w, from_child_r
+
+
+def start(spec: dict, *, runner_module: str, wall_limit: float = 60.0, load_wall_limit: float = 180.0,
+          stderr: Any = None) -> tuple[Link, dict | None]:
+    """Start a learner's process for ``spec`` (see child_main); return its Link and its load
+    error (or None). ``runner_module``: the name runner.py has in sys.modules. The judge spends
+    on one message of the child's at most what the child may use (``spec["memory_mb"]``)."""
+    pid, to_child_w, from_child_r = spawn(stderr.fileno() if stderr is not None else None)
+    link = Link(to_child_w, from_child_r, pid, load_wall_limit,
+                budget=int(spec["memory_mb"]) * 2**20 if spec.get("memory_mb") else DEFAULT_BUDGET)
+    link.describe_exit = functools.partial(sys.modules[runner_module].describe_exit, memory_mb=spec.get("memory_mb"),
+                                           cpu_seconds=spec.get("cpu_total"))
     link.send({**spec, "runner_module": runner_module})
     answer_ = _first_answer(link)
     link.wall_limit = wall_limit
@@ -1739,19 +1906,23 @@ def _first_answer(link: Link) -> dict | None:
         return {"verdict": "timeout", "message": "your file did not finish loading within the time limit "
                                                  "(an endless loop at module level?)",
                 "where": cleaned.get("yours") if cleaned else None}
-    if isinstance(answer, list) and answer[:1] == ["L"] and isinstance(answer[1], dict):
+    if isinstance(answer, list) and len(answer) == 2 and answer[0] == "L" and isinstance(answer[1], dict):
         info = answer[1]
-        verdict = info.get("verdict") if info.get("verdict") in ("compile error", "runtime error") else "runtime error"
+        verdict = info.get("verdict") if info.get("verdict") in ("compile error", "runtime error", "refused") else (
+            "runtime error")
         clean: dict[str, Any] = {"verdict": verdict, "message": str(info.get("message", ""))[:2000]}
         if type(info.get("lineno")) is int:
             clean["lineno"] = info["lineno"]
         for key in ("line", "pointer"):
             if isinstance(info.get(key), str):
                 clean[key] = info[key][:2000]
-        if isinstance(info.get("missing"), list):
-            clean["missing"] = [str(m)[:300] for m in info["missing"][:50]]
+        for key in ("missing", "borrowed"):
+            if isinstance(info.get(key), list):
+                clean[key] = [str(m)[:300] for m in info[key][:50]]
         return clean
-    return {"verdict": "runtime error", "message": "the child process did not answer as expected"}
+    link.stopped = JudgeStop("runtime error", "the child process did not answer as expected")
+    return {"verdict": "runtime error", "message": "the child process did not answer as expected (its end of the "
+                                                   "judge's pipe was tampered with)"}
 
 
 def close(link: Link) -> None:

@@ -16,17 +16,21 @@ Verdicts, per test and overall:
     runtime error  the code raised an exception (or a required function is missing)
     compile error  the file is not valid Python
     timeout        the test did not finish within the time limit (set by the child process)
+    refused        the file borrows its answer: it imports the package (nano_engine), or a
+                   name the exercise asks for is not defined in the file itself
 """
 
 from __future__ import annotations
 
 import ast
 import builtins
+import collections
 import contextlib
 import hashlib
 import itertools
 import json
 import os
+import re
 import reprlib
 import sys
 import sysconfig
@@ -34,7 +38,6 @@ import threading
 import time
 import traceback
 import types
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -60,12 +63,13 @@ def _json_default(value: object) -> str:
 
 SOLUTION_MODULE = "solution_under_test"   # test.py files import the reader's code under this name
 TESTS_MODULE = "exercise_tests"
-ACCEPTED, WRONG, RUNTIME, COMPILE, TIMEOUT = (
-    "accepted", "wrong answer", "runtime error", "compile error", "timeout")
+ACCEPTED, WRONG, RUNTIME, COMPILE, TIMEOUT, REFUSED = (
+    "accepted", "wrong answer", "runtime error", "compile error", "timeout", "refused")
+PACKAGE = "nano_engine"   # holds every mechanism the exercises ask for: a learner's file may not use it
 REPR_LIMIT = 240
 MAX_LOCALS = 20
 STDOUT_LIMIT = 2000
-_STATE = {"child": False}   # True in the judge's child process (see child_main)
+_STATE: dict[str, Any] = {"child": False}   # "child": True in the judge's child process (see child_main)
 
 
 def _isolated(source: str) -> dict:
@@ -79,21 +83,32 @@ def _isolated(source: str) -> dict:
 
 _HELPERS = _isolated('''
 class CapturedOutput:
-    """What a test printed: the first `limit` characters are kept, the rest only counted, so
-    printing megabytes costs neither memory nor a flooded report."""
+    """What a test printed: the first `limit` characters are kept, the rest only counted (its
+    characters and its line breaks), so printing megabytes costs neither memory nor a flooded
+    report, and the report can say how much was cut."""
     encoding, errors = "utf-8", "replace"
 
     def __init__(self, limit):
-        self.limit, self.parts, self.kept, self.dropped = limit, [], 0, 0
+        self.limit, self.parts, self.kept, self.dropped, self.dropped_lines = limit, [], 0, 0, 0
 
     def write(self, text):
         text = str(text)
-        room = self.limit - self.kept
-        if room > 0:
+        room = max(self.limit - self.kept, 0)
+        if room:
             self.parts.append(text[:room])
             self.kept += min(len(text), room)
-        self.dropped += max(0, len(text) - max(room, 0))
+        if len(text) > room:
+            self.dropped += len(text) - room
+            self.dropped_lines += text.count("\\n", room)
         return len(text)
+
+    def cut(self):
+        """What was printed but not kept: {"characters", "lines"} (line breaks), or None."""
+        return {"characters": self.dropped, "lines": self.dropped_lines} if self.dropped else None
+
+    def total(self):
+        """(characters, line breaks) printed in all, kept or not."""
+        return self.kept + self.dropped, "".join(self.parts).count("\\n") + self.dropped_lines
 
     def writelines(self, lines):
         for line in lines:
@@ -106,10 +121,7 @@ class CapturedOutput:
         return False
 
     def getvalue(self):
-        text = "".join(self.parts)
-        if self.dropped:
-            text += f"\\n... and {self.dropped} more characters (not shown)"
-        return text
+        return "".join(self.parts)
 
 
 def ignore_breakpoint(*args, **kwargs):
@@ -143,7 +155,7 @@ class _BoundedRepr(reprlib.Repr):
                  for k, v in itertools.islice(x.items(), self.maxdict)]
         return "{" + ", ".join(items) + (", ...}" if len(x) > self.maxdict else "}")
 
-    def repr_OrderedDict(self, x: OrderedDict, level: int) -> str:
+    def repr_OrderedDict(self, x: collections.OrderedDict, level: int) -> str:
         return f"OrderedDict({self.repr_dict(x, level)})"
 
     def repr_instance(self, x: object, level: int) -> str:
@@ -169,6 +181,10 @@ def safe_repr(value: object, limit: int = REPR_LIMIT) -> str:
         text = _REPR.repr(value)
     except Exception as exc:  # a broken __repr__ in the reader's code must not break the judge
         text = f"<repr failed: {type(exc).__name__}: {exc}>"
+    except BaseException as exc:  # noqa: B036 -- exit() in a __repr__: the reader's, in the child or by proxy
+        if not (_STATE["child"] or getattr(type(exc), "learner_exception", False)):
+            raise   # the judge's own: Ctrl-C, or the watchdog ending a test
+        text = f"<repr failed: {type(exc).__name__}>"
     return _truncate(text, limit)
 
 
@@ -232,9 +248,23 @@ class _RewriteAsserts(ast.NodeTransformer):
 
     def __init__(self, source: str):
         self.source = source
+        # the lines as ast.get_source_segment splits them (on \r\n, \r, \n), split once: it splits
+        # the whole text again for every assert, in a Python loop (0.1 s for a 12 kB test.py)
+        self.lines = re.findall(r".*?(?:\r\n|\r|\n)|.+\Z", source, re.S)
+
+    def _segment(self, node: ast.AST) -> str | None:
+        """ast.get_source_segment(self.source, node), from the lines split once."""
+        end_lineno, end_col = getattr(node, "end_lineno", None), getattr(node, "end_col_offset", None)
+        if end_lineno is None or end_col is None or node.lineno > len(self.lines) or end_lineno > len(self.lines):
+            return None
+        first, last = node.lineno - 1, end_lineno - 1
+        if first == last:
+            return self.lines[first].encode()[node.col_offset:end_col].decode()
+        return "".join([self.lines[first].encode()[node.col_offset:].decode(), *self.lines[first + 1:last],
+                        self.lines[last].encode()[:end_col].decode()])
 
     def visit_Assert(self, node: ast.Assert) -> list[ast.stmt]:
-        text = ast.get_source_segment(self.source, node) or "assert"
+        text = self._segment(node) or "assert"
         msg = node.msg if node.msg is not None else ast.Constant(None)
         test = node.test
         if isinstance(test, ast.Compare) and len(test.ops) == 1 and type(test.ops[0]) in _OPS:
@@ -296,17 +326,28 @@ class LoadError(Exception):
         self.info = info
 
 
-def load_module(path: str | os.PathLike, name: str = SOLUTION_MODULE) -> types.ModuleType:
+def _read_source(path: str) -> str:
+    """The text of a regular file (opened without blocking: a named pipe put there cannot make the
+    reader wait); LoadError when it cannot be read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as f:
+            if not __import__("stat").S_ISREG(os.fstat(fd).st_mode):
+                raise OSError("not a regular file")
+            return f.read().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LoadError({"verdict": RUNTIME, "message": f"cannot read {path}: {exc}"}) from None
+
+
+def load_module(path: str | os.PathLike, name: str = SOLUTION_MODULE, source: str | None = None) -> types.ModuleType:
     """Compile and execute a Python file as a fresh module (no bytecode cache is written).
 
     Raises LoadError with verdict "compile error" for invalid Python and "runtime error" when
     the file raises while it is being executed (module-level code).
     """
     path = str(path)
-    try:
-        source = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise LoadError({"verdict": RUNTIME, "message": f"cannot read {path}: {exc}"}) from None
+    if source is None:
+        source = _read_source(path)
     try:
         code = compile(source, path, "exec")
     except SyntaxError as exc:
@@ -325,6 +366,8 @@ def load_module(path: str | os.PathLike, name: str = SOLUTION_MODULE) -> types.M
     except (Exception, SystemExit) as exc:
         where = _innermost(exc.__traceback__, path)
         info: dict[str, Any] = {"verdict": RUNTIME, "message": _exception_text(exc) + " (while loading the file)"}
+        if isinstance(exc, BorrowedAnswer):
+            info.update(verdict=REFUSED, message=str(exc))
         if where is not None:
             info.update(lineno=where[1], line=_source_line(path, where[1]))
         raise LoadError(info) from None
@@ -359,6 +402,124 @@ def missing_names(module: types.ModuleType, starter_path: str | os.PathLike) -> 
     return missing
 
 
+_IMPORTING_CALLS = frozenset({"import_module", "__import__", "exec", "eval", "compile", "find_spec", "run_module",
+                               "run_path", "spec_from_file_location", "reload", "getattr"})
+
+
+def _names_package(node: ast.AST) -> bool:
+    """A string constant in ``node`` that names the package or one of its modules."""
+    return any(isinstance(n, ast.Constant) and isinstance(n.value, str) and PACKAGE in n.value for n in ast.walk(node))
+
+
+def borrowed_imports(source: str, filename: str = "<your file>") -> list[tuple[int, str]]:
+    """Where the file takes code from the package, found without running it: ``import
+    nano_engine...``, ``from nano_engine... import``, ``importlib.import_module("nano_engine...")``,
+    ``__import__(...)``, ``exec``/``eval`` of such text, ``sys.modules["nano_engine..."]``, at
+    module level or inside a function. (line number, source line) pairs; the file must be valid
+    Python (a syntax error is reported as a compile error instead)."""
+    try:
+        tree = ast.parse(source, filename)
+    except (SyntaxError, ValueError):
+        return []
+    lines = source.splitlines()
+    found = []
+    for node in ast.walk(tree):
+        hit = False
+        if isinstance(node, ast.Import):
+            hit = any(a.name == PACKAGE or a.name.startswith(PACKAGE + ".") for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            hit = node.level == 0 and bool(node.module) and (
+                node.module == PACKAGE or node.module.startswith(PACKAGE + "."))   # type: ignore[union-attr]
+        elif isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+            hit = name in _IMPORTING_CALLS and any(_names_package(a) for a in [*node.args, *node.keywords])
+        elif isinstance(node, ast.Subscript):   # sys.modules["nano_engine.radix"]
+            value = node.value
+            hit = isinstance(value, ast.Attribute) and value.attr == "modules" and _names_package(node.slice)
+        if hit:
+            lineno = getattr(node, "lineno", 0)
+            found.append((lineno, lines[lineno - 1].strip() if 0 < lineno <= len(lines) else ""))
+    return sorted(set(found))
+
+
+def borrowed_message(where: str) -> str:
+    """The one paragraph that says why a borrowed answer is refused."""
+    return (f"your file {where}. The exercise asks you to write the mechanism yourself, and the package "
+            f"{PACKAGE} already holds it, so an answer that uses the package proves nothing and the judge does not "
+            f"run it. No exercise needs {PACKAGE}: define every function and class the exercise asks for in "
+            "your file (helpers of your own, in your file or beside it, are fine). To compare your code with "
+            "the package's, do that in a notebook or a scratch file, not in the file you hand in.")
+
+
+def _library_paths() -> tuple[str, ...]:
+    return tuple({os.path.normcase(sysconfig.get_paths()[k]) for k in ("stdlib", "platstdlib")})
+
+
+def borrowed_names(module: types.ModuleType, starter_path: str | os.PathLike) -> list[str]:
+    """The names the exercise asks for that the file does not define itself: a function or class
+    of the package (or built on one of its classes), or one imported from another file of the
+    reader's (``from helpers import RadixCache``). A class made by the standard library for the
+    file (a ``namedtuple``) counts as the file's own."""
+    problems = []
+    own = module.__name__
+    path = getattr(module, "__file__", None)
+    stdlib = _library_paths()
+    for name, method, _ in required_names(starter_path):
+        if method is not None:
+            continue
+        obj = getattr(module, name, None)
+        if obj is None:
+            continue   # missing_names says so
+        for _ in range(100):   # a decorated function: the one the decorator wraps
+            inner = getattr(obj, "__wrapped__", None) if not isinstance(obj, type) else None
+            if inner is None:
+                break
+            obj = inner
+        origin = getattr(obj, "__module__", None)
+        if not isinstance(origin, str):
+            origin = type(obj).__module__
+        bases = [k for k in getattr(obj, "__mro__", ()) if str(getattr(k, "__module__", "")).split(".")[0] == PACKAGE]
+        if origin.split(".")[0] == PACKAGE or bases:
+            what = f"{bases[0].__module__}.{bases[0].__qualname__}" if bases else f"{origin}.{name}"
+            problems.append(f"`{name}` is {'built on ' if bases and origin == own else ''}{what}")
+            continue
+        code = getattr(obj, "__code__", None)
+        if isinstance(code, types.CodeType) and path is not None and not _same_file(code.co_filename, path):
+            problems.append(f"`{name}` is defined in {code.co_filename}, not in your file")
+        elif origin != own and isinstance(obj, type):
+            source = getattr(sys.modules.get(origin), "__file__", None)
+            if isinstance(source, str) and not os.path.normcase(os.path.abspath(source)).startswith(stdlib):
+                problems.append(f"`{name}` is defined in {source}, not in your file")
+    return problems
+
+
+def load_solution(path: str | os.PathLike, starter_path: str | os.PathLike | None,
+                  name: str = SOLUTION_MODULE) -> types.ModuleType:
+    """Load the reader's file as the judge does before any test: refused (LoadError, verdict
+    "refused") when it imports the package (seen in its source, before it runs) or when a name the
+    exercise asks for is not its own; a runtime error when one is missing (``starter_path``)."""
+    source = _read_source(str(path))
+    imports = borrowed_imports(source, str(path))
+    if imports:
+        lineno, line = imports[0]
+        raise LoadError({"verdict": REFUSED, "lineno": lineno, "line": line,
+                         "message": borrowed_message(f"imports {PACKAGE} (line {lineno}: `{line}`)")})
+    module = load_module(path, name, source=source)
+    if starter_path:
+        missing = missing_names(module, starter_path)
+        if missing:
+            raise LoadError({"verdict": RUNTIME, "message": "missing: " + "; ".join(missing), "missing": missing})
+        borrowed = borrowed_names(module, starter_path)
+        if borrowed:
+            message = ("; ".join(borrowed) + ". Every function and class the exercise asks for must be defined in "
+                       "the file you hand in (helpers it uses may live beside it).")
+            if any(PACKAGE in b for b in borrowed):
+                message = borrowed_message(f"takes its answer from {PACKAGE} ({'; '.join(borrowed)})")
+            raise LoadError({"verdict": REFUSED, "message": message, "borrowed": borrowed})
+    return module
+
+
 # ast.parse must not run in several threads at once in CPython 3.11 (python/cpython#106905: "AST
 # constructor recursion depth mismatch"), and `judge.py check` judges files from a thread pool. So
 # every parse of a test.py or starter.py goes through this lock, and each text is parsed (and its
@@ -389,11 +550,13 @@ def compile_tests(source: str, test_path: str) -> types.CodeType:
 
 
 def load_tests(test_path: str | os.PathLike, module: types.ModuleType,
-               source: str | None = None) -> list[tuple[str, Callable]]:
+               source: str | None = None, worked: dict | None = None) -> list[tuple[str, Callable]]:
     """Load test.py with its asserts rewritten; return its ``test_*`` functions in file order.
 
     ``module`` is what ``import solution_under_test`` gives the tests while they load;
     ``source``, when given, is the text to run (the judge passes the text it hashed).
+    ``worked``: the worked examples of problem.md (``worked_example_cases``), which run first,
+    as the test WORKED_EXAMPLE.
     """
     test_path = str(test_path)
     source = source if source is not None else Path(test_path).read_text(encoding="utf-8")
@@ -404,8 +567,202 @@ def load_tests(test_path: str | os.PathLike, module: types.ModuleType,
     tests.__dict__["@plain_equal"] = plain_equal
     with registered(module):
         exec(code, tests.__dict__)
-    return [(name, obj) for name, obj in tests.__dict__.items()
-            if name.startswith("test_") and isinstance(obj, types.FunctionType) and obj.__module__ == TESTS_MODULE]
+    found = [(name, obj) for name, obj in tests.__dict__.items()
+             if name.startswith("test_") and isinstance(obj, types.FunctionType) and obj.__module__ == TESTS_MODULE]
+    if worked and worked.get("examples"):
+        found.insert(0, (WORKED_EXAMPLE, worked_example_test(worked, module)))
+    return found
+
+
+# --------------------------------------------------------------------------------------------
+# The worked examples of problem.md, run as a test (the statement's own example is never failed
+# by an accepted file). Each ``>>>`` example runs as in an interactive session: the value of an
+# expression statement is shown with repr(), and what the example's own code prints is shown too;
+# what the reader's code prints is not part of the comparison (it lands in the test's output, as
+# in any test). Output is compared with doctest's ELLIPSIS and NORMALIZE_WHITESPACE; an expected
+# exception matches by its class (a subclass too): its message is the reference's wording.
+
+WORKED_EXAMPLE = "test_example_worked_example"
+_WORKED_HEADING = re.compile(r"^##\s+worked example", re.I)
+
+
+# doctest's own grammar of an example (DocTestParser._EXAMPLE_RE and _EXCEPTION_RE): a ">>>" line,
+# its "..." lines, then the expected output up to a blank line or the next ">>>"; an expected
+# exception is a want that starts with the traceback header. Parsed here, without importing
+# doctest (and pdb, unittest, inspect with it: 20 ms of every `judge.py test`).
+_EXAMPLE = re.compile(r"""
+    (?P<source>(?:^(?P<indent>[ ]*)>>>.*)(?:\n[ ]*\.\.\..*)*)\n?
+    (?P<want>(?:(?![ ]*$)(?![ ]*>>>).+$\n?)*)""", re.MULTILINE | re.VERBOSE)
+_EXCEPTION = re.compile(r"""
+    ^Traceback\ \((?:most\ recent\ call\ last|innermost\ last)\):\s*$
+    .*?
+    ^(?P<msg>\w+.*)""", re.VERBOSE | re.MULTILINE | re.DOTALL)
+_BLANK_OR_COMMENT = re.compile(r"^[ ]*(#.*)?$")
+
+
+def _examples(text: str) -> list[dict]:
+    """The examples of one fence, as doctest.DocTestParser().get_examples gives them."""
+    found = []
+    for m in _EXAMPLE.finditer(text):
+        indent = len(m.group("indent"))
+        source = "\n".join(line[indent + 4:] for line in m.group("source").split("\n"))
+        if not source.endswith("\n"):
+            source += "\n"
+        want_lines = m.group("want").split("\n")
+        if len(want_lines) > 1 and re.match(r" *$", want_lines[-1]):
+            del want_lines[-1]
+        want = "\n".join(line[indent:] for line in want_lines)
+        if want and not want.endswith("\n"):
+            want += "\n"
+        if _BLANK_OR_COMMENT.match(source):   # a comment between examples: not an example
+            continue
+        exc = _EXCEPTION.match(want)
+        found.append({"source": source, "want": want, "exc_msg": exc.group("msg") if exc else None,
+                      "lineno": text.count("\n", 0, m.start())})
+    return found
+
+
+def worked_example_cases(problem_text: str) -> list[dict]:
+    """The ``>>>`` examples of the ```python fences under the "## Worked example(s)" headings, as
+    plain data: {"source", "want", "exc_msg", "lineno" (of the ``>>>`` line in problem.md)}."""
+    lines = problem_text.splitlines()
+    cases: list[dict] = []
+    section = False
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("## "):
+            section = bool(_WORKED_HEADING.match(line))
+        elif section and line.strip().startswith("```python"):
+            j = i + 1
+            while j < len(lines) and not lines[j].strip().startswith("```"):
+                j += 1
+            for example in _examples("\n".join(lines[i + 1:j]) + "\n"):
+                cases.append({**example, "lineno": i + 2 + example["lineno"]})
+            i = j
+        i += 1
+    return cases
+
+
+class ExampleMismatch(AssertionError):
+    """A worked example whose output differs: ``failure`` is the report's description."""
+
+    def __init__(self, failure: dict):
+        super().__init__(failure.get("message", ""))
+        self.failure = failure
+
+
+class _Displayed(ast.NodeTransformer):
+    """An interactive session's rule: an expression statement's value is shown (not inside the
+    functions and classes an example defines)."""
+
+    def visit_Expr(self, node: ast.Expr) -> ast.AST:
+        call = ast.Call(ast.Name("@display", ast.Load()), [node.value], [])
+        return ast.copy_location(ast.Expr(ast.copy_location(call, node)), node)
+
+    def visit_FunctionDef(self, node: ast.AST) -> ast.AST:
+        return node
+
+    visit_AsyncFunctionDef = visit_ClassDef = visit_Lambda = visit_FunctionDef
+
+
+def _output_matches(want: str, got: str) -> bool:
+    """doctest's comparison under NORMALIZE_WHITESPACE and ELLIPSIS."""
+    want, got = " ".join(want.split()), " ".join(got.split())
+    if want == got:
+        return True
+    pieces = want.split("...")
+    if len(pieces) == 1:
+        return False
+    head, tail = pieces[0], pieces[-1]
+    if len(head) + len(tail) > len(got) or not got.startswith(head) or not got.endswith(tail):
+        return False
+    at, end = len(head), len(got) - len(tail)
+    for piece in pieces[1:-1]:
+        at = got.find(piece, at, end)
+        if at < 0:
+            return False
+        at += len(piece)
+    return True
+
+
+def _exception_matches(exc: BaseException, exc_msg: str, strict: bool) -> bool:
+    if strict:   # the reference: its message too, as the statement prints it
+        return _output_matches(exc_msg, traceback.format_exception_only(type(exc), exc)[-1])
+    expected = exc_msg.split(":", 1)[0].strip().rsplit(".", 1)[-1]
+    return any(k.__name__ == expected for k in type(exc).__mro__)
+
+
+def worked_example_test(worked: dict, module: Any, strict: bool = False) -> Callable[[], None]:
+    """The worked examples as one test function over ``module`` (the reader's, or its proxy).
+    ``strict``: an expected exception's message must match too (the reference, in check)."""
+    path, cases = worked["path"], worked["examples"]
+
+    def test_example_worked_example() -> None:
+        names: set[str] = set()
+        for case in cases:
+            names |= {n.id for n in ast.walk(ast.parse(case["source"])) if isinstance(n, ast.Name)}
+        namespace: dict[str, Any] = {"__name__": "worked_example", "__builtins__": builtins}
+        for name in sorted(names - set(vars(builtins))):
+            try:
+                namespace[name] = getattr(module, name)
+            except Exception:   # a name the examples define themselves
+                pass
+        given = set(namespace)
+        for case in cases:
+            _run_example(case, namespace, path, strict, given)
+
+    test_example_worked_example.judge_test_path = path   # type: ignore[attr-defined]
+    return test_example_worked_example
+
+
+def _run_example(case: dict, namespace: dict, path: str, strict: bool, given: set[str]) -> None:
+    shown: list[str] = []
+
+    def display(value: object) -> None:
+        if value is not None:
+            shown.append(repr(value) + "\n")
+
+    def example_print(*args: object, sep: str | None = " ", end: str | None = "\n", file: Any = None,
+                      flush: bool = False) -> None:
+        if file is not None:
+            print(*args, sep=sep, end=end, file=file, flush=flush)
+        else:
+            shown.append((" " if sep is None else sep).join(map(str, args)) + ("\n" if end is None else end))
+
+    namespace["@display"], namespace["print"] = display, example_print
+    tree = _Displayed().visit(ast.parse(case["source"], path, "exec"))
+    ast.increment_lineno(tree, case["lineno"] - 1)   # a traceback names problem.md's own line
+    code = compile(ast.fix_missing_locations(tree), path, "exec")
+    raised: BaseException | None = None
+    try:
+        exec(code, namespace)
+    except Exception as exc:   # exit(), a timeout: not an example's expected outcome
+        if case["exc_msg"] is None:
+            raise   # the reader's code raised: a runtime error at its line, called from this example
+        raised = exc
+    want = case["want"] if case["exc_msg"] is None else case["exc_msg"]
+    got = "".join(shown)
+    if case["exc_msg"] is not None:
+        ok = raised is not None and _exception_matches(raised, case["exc_msg"], strict)
+        if raised is not None:
+            got += "".join(traceback.format_exception_only(type(raised), raised)[-1:])
+        elif not got:
+            got = "(no exception)"
+    else:
+        ok = _output_matches(want, got)
+    if ok:
+        return
+    source = case["source"].rstrip("\n").split("\n")
+    expression = "\n".join([">>> " + source[0]] + ["... " + line for line in source[1:]])
+    local = {k: safe_repr(v) for k, v in list(namespace.items())[:200]
+             if k not in given and not k.startswith(("@", "__")) and k != "print"
+             and not isinstance(v, (types.ModuleType, type, types.FunctionType))}
+    raise ExampleMismatch({
+        "expression": expression, "message": "the worked example in problem.md gives another result",
+        "expected": want.rstrip("\n") or "(nothing)", "got": got.rstrip("\n") or "(nothing)",
+        "test": {"file": "problem.md", "path": path, "lineno": case["lineno"], "function": "worked example",
+                 "line": ">>> " + source[0], "locals": dict(list(local.items())[:MAX_LOCALS])}})
 
 
 def is_example(name: str) -> bool:
@@ -432,23 +789,58 @@ def _innermost(tb: types.TracebackType | None, path: str | None) -> tuple[types.
     return found
 
 
+_KINDS = (bool, int, float, str, bytes, list, tuple, collections.deque, dict, set, frozenset)   # bool before int
+_SEQUENCES = (list, tuple, collections.deque)
+
+
+def _kind(value: object) -> type:
+    """The builtin kind of a value (a mirror of a list is a list, a named tuple a tuple)."""
+    return next((k for k in _KINDS if isinstance(value, k)), type(value))
+
+
+def _type_note(got: object, expected: object) -> str | None:
+    """"types differ: expected a tuple, got a list (the same items)" -- brackets are easy to miss."""
+    kind_got, kind_expected = _kind(got), _kind(expected)
+    if kind_got is kind_expected or {kind_got, kind_expected} <= {bool, int, float}:
+        return None
+    article = lambda k: ("an " if k.__name__[0] in "aeiou" else "a ") + k.__name__   # noqa: E731
+    note = f"types differ: expected {article(kind_expected)}, got {article(kind_got)}"
+    if kind_got in _SEQUENCES and kind_expected in _SEQUENCES:
+        try:
+            if list(got) == list(expected):   # type: ignore[call-overload]
+                note += " (the same items)"
+        except Exception:
+            pass
+    return note
+
+
 def _first_difference(got: object, expected: object) -> str | None:
-    """For two sequences or mappings that differ, say where -- long lists are hard to eyeball."""
+    """For two values that differ, say how: their types, or where in a sequence or mapping --
+    long lists are hard to eyeball."""
+    parts = [_type_note(got, expected)]
     if isinstance(got, (list, tuple, str)) and isinstance(expected, (list, tuple, str)):
         for i, (a, b) in enumerate(zip(got, expected, strict=False)):
             if a != b:
-                return f"first difference at index {i}: got {safe_repr(a, 80)}, expected {safe_repr(b, 80)}"
-        if len(got) != len(expected):
-            return f"lengths differ: got {len(got)} items, expected {len(expected)}"
+                inner = _type_note(a, b)
+                parts.append(f"first difference at index {i}: got {safe_repr(a, 80)}, expected {safe_repr(b, 80)}"
+                             + (f" ({inner})" if inner else ""))
+                break
+        else:
+            if len(got) != len(expected):
+                parts.append(f"lengths differ: got {len(got)} items, expected {len(expected)}")
     if isinstance(got, dict) and isinstance(expected, dict):
         extra, lacking = set(got) - set(expected), set(expected) - set(got)
         if extra or lacking:
-            return f"keys only in got: {safe_repr(sorted(extra, key=repr), 80)}; only in expected: {safe_repr(sorted(lacking, key=repr), 80)}"
-    return None
+            parts.append(f"keys only in got: {safe_repr(sorted(extra, key=repr), 80)}; only in expected: "
+                         f"{safe_repr(sorted(lacking, key=repr), 80)}")
+    return "; ".join(p for p in parts if p) or None
 
 
 def describe_failure(exc: BaseException, test_path: str, solution_path: str | None) -> dict:
     """Classify an exception raised by a test and describe it for the reader."""
+    if isinstance(exc, ExampleMismatch):
+        return {"verdict": WRONG, "message": exc.failure["message"], "failure": {**exc.failure, "traceback": []}}
+    label = "problem.md" if os.path.basename(test_path) == "problem.md" else "test.py"
     test_where = _innermost(exc.__traceback__, test_path)
     your_where = _innermost(exc.__traceback__, solution_path)
     remote = getattr(exc, "remote_failure", None)   # raised by the reader's code in the judge's child process
@@ -472,20 +864,25 @@ def describe_failure(exc: BaseException, test_path: str, solution_path: str | No
         elif str(exc):
             failure["message"] = str(exc)
         message = failure.get("message") or "assertion failed"
+    elif type(exc).__name__ == BorrowedAnswer.__name__ and isinstance(exc, PermissionError):
+        verdict, message = REFUSED, str(exc)
+        failure["exception"] = type(exc).__name__
     else:
         verdict = RUNTIME
         message = _exception_text(exc)
+        if isinstance(exc, MemoryError) and not str(exc) and _STATE.get("memory_mb"):
+            message += f": over the memory limit of your code ({_STATE['memory_mb']} MiB)"
         if isinstance(exc, NotImplementedError) and (your_where is not None or (remote or {}).get("yours")):
             message += " -- this is still the starter's placeholder; write the body"
         failure["exception"] = type(exc).__name__
     if test_where is not None:
-        failure["test"] = describe_frame(*test_where, "test.py")
+        failure["test"] = describe_frame(*test_where, label)
     if your_where is not None:
         failure["yours"] = describe_frame(*your_where, "your file")
     elif remote and remote.get("yours"):
         failure["yours"] = remote["yours"]
     failure["traceback"] = [
-        {"file": "test.py" if _same_file(fs.filename, test_path) else "your file", "lineno": fs.lineno,
+        {"file": label if _same_file(fs.filename, test_path) else "your file", "lineno": fs.lineno,
          "function": fs.name, "line": (fs.line or "").strip()}
         for fs in traceback.extract_tb(exc.__traceback__)
         if _same_file(fs.filename, test_path) or _same_file(fs.filename, solution_path)][-8:]
@@ -510,6 +907,7 @@ def run_test(name: str, func: Callable, test_path: str, solution_path: str | Non
     try/finally rather than contextlib: nothing the reader's code can patch stands between an
     assertion failing and the verdict.
     """
+    test_path = getattr(func, "judge_test_path", test_path)   # problem.md for the worked example
     out = _HELPERS["CapturedOutput"](STDOUT_LIMIT)
     saved = sys.stdout, sys.stderr, sys.breakpointhook
     if capture:
@@ -532,7 +930,51 @@ def run_test(name: str, func: Callable, test_path: str, solution_path: str | Non
     printed = out.getvalue()
     if printed:
         result["stdout"] = printed
+        if out.cut():
+            result["stdout_cut"] = out.cut()
     return result
+
+
+EXIT_OUT_OF_MEMORY = 105   # a judge's child that ran out of memory outside every guard exits so
+
+
+def describe_exit(status: int | None, memory_mb: int | None = None, cpu_seconds: float | None = None) -> str:
+    """How a process of the reader's code ended, from its exit status as subprocess gives it (a
+    negative number: the signal that killed it): which limit, or a crash, or an exit of its own."""
+    import signal
+    if status is None:
+        return "it closed its end of the judge's pipe (or ended in a way the judge could not see)"
+    if status < 0:
+        sig = -status
+        name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else f"signal {sig}"
+        if sig == getattr(signal, "SIGXCPU", None):
+            limit = f" ({cpu_seconds:g} s)" if cpu_seconds else ""
+            return f"it used up the CPU time of the whole run{limit}: the kernel's limit (RLIMIT_CPU) stopped it"
+        if sig == signal.SIGKILL:
+            return "it was killed (SIGKILL): the system's out-of-memory killer, or the judge's wall-clock limit"
+        if sig in (signal.SIGSEGV, getattr(signal, "SIGBUS", -1), signal.SIGILL, signal.SIGFPE):
+            return f"it crashed ({name}) in native code"
+        if sig == signal.SIGABRT:
+            limit = f" under the memory limit of {memory_mb} MiB" if memory_mb else ""
+            return f"it aborted (SIGABRT): a library gave up, often for lack of memory{limit}"
+        return f"it was ended by {name}"
+    if status == EXIT_OUT_OF_MEMORY:
+        return f"it ran over the memory limit of your code ({memory_mb} MiB)" if memory_mb else "it ran out of memory"
+    return f"it exited with code {status} (os._exit(), or an error outside every test)"
+
+
+def timeout_message(seconds: float, printed: tuple[int, int] = (0, 0)) -> str:
+    """The message of a test that ran out of CPU time; ``printed``: (characters, line breaks) the
+    test printed first. A lot of printing is named as the likely cause: a correct solution that
+    prints megabytes is slow, not an endless loop."""
+    chars, lines = printed
+    text = f"did not finish within {seconds:g} s of CPU time"
+    if chars >= 100_000:
+        return (text + f": it printed {chars:,} characters ({lines:,} lines) first, and printing that much is slow; "
+                "print less (or nothing) and run it again")
+    if chars:
+        return text + f" (an endless loop?); it printed {chars:,} characters ({lines:,} lines) first"
+    return text + " (an endless loop?)"
 
 
 def summarize(results: list[dict]) -> dict:
@@ -546,18 +988,19 @@ def summarize(results: list[dict]) -> dict:
 
 def run_tests(test_path: str | os.PathLike, module: types.ModuleType, *, examples_only: bool = False,
               only: list[str] | None = None, solution_path: str | None = None,
-              on_event: Callable[[dict], None] | None = None) -> dict:
+              on_event: Callable[[dict], None] | None = None, worked: dict | None = None) -> dict:
     """Run an exercise's tests against an already loaded module, in this process.
 
     ``solution_path`` is the file the module came from (to point at the reader's lines); pass
     None for a module assembled in memory, e.g. one exposing a nano_engine class.
     ``on_event`` receives {"event": "start", "test": name} before each test and
     {"event": "result", **result} after it (the child process streams these to the judge).
+    ``worked``: problem.md's worked examples, run first (``worked_example_cases``).
     """
     test_path = str(test_path)
     solution_path = solution_path or getattr(module, "__file__", None)
     with registered(module):
-        tests = select_tests(load_tests(test_path, module), examples_only=examples_only, only=only)
+        tests = select_tests(load_tests(test_path, module, worked=worked), examples_only=examples_only, only=only)
         results = []
         for name, func in tests:
             if on_event:
@@ -594,17 +1037,19 @@ def select_tests(tests: list[tuple[str, Callable]], *, examples_only: bool = Fal
 
 
 def judge_in_process(test_path: str | os.PathLike, solution_path: str | os.PathLike,
-                     starter_path: str | os.PathLike | None = None, *, examples_only: bool = False) -> dict:
+                     starter_path: str | os.PathLike | None = None, *, examples_only: bool = False,
+                     problem_path: str | os.PathLike | None = None) -> dict:
     """Load a file and run the tests on it in this process (no time limit): the whole judge minus
-    isolation, e.g. for a browser. Returns the same report shape as the child process produces."""
+    isolation, e.g. for a browser. Returns the same report shape as the child process produces.
+    The worked examples of ``problem_path`` (by default the problem.md beside test.py) run first."""
+    problem = Path(problem_path) if problem_path else Path(test_path).with_name("problem.md")
+    cases = worked_example_cases(problem.read_text(encoding="utf-8")) if problem.is_file() else []
+    worked = {"path": str(problem), "examples": cases} if cases else None
     try:
-        module = load_module(solution_path)
-        missing = missing_names(module, starter_path) if starter_path else []
-        if missing:
-            raise LoadError({"verdict": RUNTIME, "message": "missing: " + "; ".join(missing)})
+        module = load_solution(solution_path, starter_path)
     except LoadError as exc:
-        return not_run_report(list_test_names(test_path, examples_only=examples_only), exc.info)
-    return run_tests(test_path, module, examples_only=examples_only, solution_path=str(solution_path))
+        return not_run_report(list_test_names(test_path, examples_only=examples_only, worked=bool(worked)), exc.info)
+    return run_tests(test_path, module, examples_only=examples_only, solution_path=str(solution_path), worked=worked)
 
 
 def not_run_report(names: list[str], load_error: dict) -> dict:
@@ -614,11 +1059,12 @@ def not_run_report(names: list[str], load_error: dict) -> dict:
     return {**summarize(results), "verdict": load_error["verdict"], "load_error": load_error, "tests": results}
 
 
-def list_test_names(test_path: str | os.PathLike, *, examples_only: bool = False) -> list[str]:
+def list_test_names(test_path: str | os.PathLike, *, examples_only: bool = False, worked: bool = False) -> list[str]:
     """The names of an exercise's tests, found without importing anything (for reports about a
-    file that did not load)."""
+    file that did not load). ``worked``: problem.md has worked examples (WORKED_EXAMPLE, first)."""
     tree = parse_source(Path(test_path).read_text(encoding="utf-8"), str(test_path))
     names = [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")]
+    names = [WORKED_EXAMPLE] * worked + [n for n in names if n != WORKED_EXAMPLE]
     return [n for n in names if is_example(n)] if examples_only else names
 
 
@@ -643,14 +1089,17 @@ def _where_stuck(frame: types.FrameType | None, solution_path: str, test_path: s
 # spec, the source of this file and a secret. This file is then executed as a module that is in
 # no registry (not __main__, not sys.modules), so the reader's code finds no handle on it.
 BOOTSTRAP = """
-import json, sys, types
+import json, os, sys, types
 def _boot():
     spec = json.loads(sys.stdin.readline())
     runner = types.ModuleType("judge_runner")
     runner.__file__ = spec["runner_path"]
     exec(compile(spec.pop("runner_source"), spec["runner_path"], "exec"), runner.__dict__)
     return runner.child_main(spec)
-sys.exit(_boot())
+try:
+    sys.exit(_boot())
+except MemoryError:
+    os._exit(105)   # EXIT_OUT_OF_MEMORY: the judge names the memory limit
 """
 GUARDED_EVENTS = frozenset({"sys._getframe", "sys._current_frames", "sys.settrace", "sys.setprofile",
                             "gc.get_objects", "gc.get_referrers", "gc.get_referents"})
@@ -693,7 +1142,33 @@ def _code_objects(namespace: dict) -> set[types.CodeType]:
     return found
 
 
-def _install_guard(home: str | None = None, trusted: Iterable[dict] = ()) -> None:
+class BorrowedAnswer(PermissionError):
+    """The reader's code reached for the package (an import, or a read of its files) in a process
+    sealed off from it: the verdict is "refused"."""
+
+
+def seal_off_package(package_dir: str | None) -> Callable[[str, tuple], None]:
+    """Take the package out of this process (a child that runs the reader's code and whose tests do
+    not need it): drop its modules, and return the audit check that refuses importing it again or
+    reading its files, however the code asks (``importlib.import_module`` and ``exec(open(...))``
+    included: both open the package's files)."""
+    for name in [n for n in sys.modules if n == PACKAGE or n.startswith(PACKAGE + ".")]:
+        del sys.modules[name]
+    real_dir = os.path.realpath(package_dir) if package_dir else None
+
+    def check(event: str, args: tuple) -> None:
+        if event == "import" and args and isinstance(args[0], str) and (
+                args[0] == PACKAGE or args[0].startswith(PACKAGE + ".")):
+            raise BorrowedAnswer(borrowed_message(f"imports {args[0]} while it runs"))
+        if event == "open" and real_dir and args and isinstance(args[0], (str, bytes)):
+            real = os.path.realpath(os.fsdecode(args[0]))
+            if real == real_dir or real.startswith(real_dir + os.sep):
+                raise BorrowedAnswer(borrowed_message(f"reads {PACKAGE}'s files while it runs"))
+    return check
+
+
+def _install_guard(home: str | None = None, trusted: Iterable[dict] = (),
+                   sealed: Callable[[str, tuple], None] | None = None) -> None:
     """An audit hook (PEP 578) that keeps frames, tracing and the garbage collector's object
     lists away from everything but this file. With a frame, code can walk up to the test
     functions and to the runner's locals and change a verdict; so ``sys._getframe``,
@@ -704,12 +1179,17 @@ def _install_guard(home: str | None = None, trusted: Iterable[dict] = ()) -> Non
     ctypes, signals, opening anything under /proc (the process's own memory holds the secret
     that signs results), and writing or renaming files outside ``home``. ``trusted``: more
     namespaces whose code may use frames (proxy.py's server in the reader's process describes
-    tracebacks)."""
+    tracebacks). ``sealed``: the package's check (``seal_off_package``), in a process sealed off
+    from it."""
     import _thread
 
     runner_code = _code_objects(globals())   # identity, not file name: code can claim any file name
     for namespace in trusted:
         runner_code |= _code_objects(namespace)
+    # collections.namedtuple asks for its caller's frame only to read the caller's module name
+    # (the class's __module__): without it, a named tuple the reader's file makes would claim to be
+    # the standard library's, and the isolated runner would not mirror it as the file's own.
+    frame_readers = {collections.namedtuple.__code__}
     libraries = tuple({os.path.normcase(sysconfig.get_paths()[k]) for k in ("stdlib", "platstdlib", "purelib", "platlib")})
     inside: set[int] = set()   # threads currently inside the hook (its own frame access is allowed)
     get_ident, getframe = _thread.get_ident, sys._getframe
@@ -754,6 +1234,8 @@ def _install_guard(home: str | None = None, trusted: Iterable[dict] = ()) -> Non
         return None
 
     def hook(event: str, args: tuple) -> None:
+        if sealed is not None:
+            sealed(event, args)
         why = refused(event, args)
         if why is not None:
             raise PermissionError(f"{why} is not allowed while the judge runs your code")
@@ -764,7 +1246,7 @@ def _install_guard(home: str | None = None, trusted: Iterable[dict] = ()) -> Non
             return
         inside.add(me)
         try:
-            allowed = called_by_runner()
+            allowed = called_by_runner() or (event == "sys._getframe" and getframe(1).f_code in frame_readers)
         finally:
             inside.discard(me)
         if not allowed:   # a ValueError: namedtuple and typing fall back quietly when frames are missing
@@ -829,6 +1311,7 @@ def child_main(spec: dict) -> int:
             write(sign(secret, line) + " " + line + "\n")
             flush()
 
+    _STATE["memory_mb"] = spec.get("memory_mb")
     if spec.get("memory_mb"):
         try:
             import resource
@@ -847,8 +1330,16 @@ def child_main(spec: dict) -> int:
             time.sleep(0.02)
             if _cpu_clock() > state["deadline"]:
                 frame = sys._current_frames().get(main_thread)
-                emit({"event": "timeout", "test": state["test"], "seconds": timeout,
-                      "where": _where_stuck(frame, solution, tests_path)})
+                out = sys.stdout   # the test's capture while a test runs
+                captured = type(out) is _HELPERS["CapturedOutput"]
+                printed = out.total() if captured else (0, 0)
+                event = {"event": "timeout", "test": state["test"], "seconds": timeout,
+                         "message": timeout_message(timeout, printed), "where": _where_stuck(frame, solution, tests_path)}
+                if captured and out.kept:
+                    event["stdout"] = out.getvalue()
+                    if out.cut():
+                        event["stdout_cut"] = out.cut()
+                emit(event)
                 os._exit(3)
 
     # The libraries the tests use are imported first (exercise 01 imports torch once, before the
@@ -864,20 +1355,17 @@ def child_main(spec: dict) -> int:
     emit({"event": "imported"})   # from here on the time limit runs
     state["deadline"] = _cpu_clock() + timeout
     sys.path.insert(0, os.path.dirname(os.path.abspath(solution)))   # a solution may span two files
-    _install_guard(spec.get("home"))
+    sealed = seal_off_package(spec["package_dir"]) if spec.get("seal_package") else None
+    _install_guard(spec.get("home"), sealed=sealed)
     _thread.start_new_thread(watchdog, ())   # not a threading.Thread: nothing lists it for the reader
     try:
-        module = load_module(solution)
-        missing = missing_names(module, spec["starter"]) if spec.get("starter") else []
-        if missing:
-            raise LoadError({"verdict": RUNTIME, "message": "missing: " + "; ".join(missing),
-                             "missing": missing})
+        module = load_solution(solution, spec.get("starter"))
     except LoadError as exc:
         emit({"event": "load_error", **exc.info})
         return 0
     sys.modules[SOLUTION_MODULE] = module   # this process exists only to run these tests
     try:
-        loaded = load_tests(tests_path, module, source=tests_source)
+        loaded = load_tests(tests_path, module, source=tests_source, worked=spec.get("worked"))
     except BaseException as exc:  # noqa: B036
         emit({"event": "load_error", "verdict": RUNTIME, "message": "test.py did not load: " + _exception_text(exc)})
         return 0

@@ -312,7 +312,7 @@ def test_check_button_shows_verdicts(tmp_path):
     assert str(wrong) in box.result.value
     box.run_button.click()
     html = box.result.value
-    assert "(examples only)" in html and "1 passed, 1 failed" in html
+    assert "(examples only)" in html and "1 passed, 2 failed" in html   # problem.md's worked example too
     assert "test_example_full_hit_gives_up_the_last_block" in html and "wrong answer" in html
     assert "expected: <code>([7], 4)</code>" in html and "got: <code>([7, 3], 8)</code>" in html
     box.check_button.click()
@@ -321,7 +321,7 @@ def test_check_button_shows_verdicts(tmp_path):
 
     good = check_button(23, file=judge.get_exercise("23").solution)
     good.check_button.click()
-    assert "accepted" in good.result.value and "11 passed, 0 failed" in good.result.value
+    assert "accepted" in good.result.value and "12 passed, 0 failed" in good.result.value
 
 
 def test_check_button_without_a_file_says_how_to_start(tmp_path):

@@ -121,7 +121,7 @@ def test_solution_is_accepted_from_any_directory(tmp_path, workspace):
     proc = run("solution", "21", workspace=workspace, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "verdict: accepted" in proc.stdout
-    assert re.fullmatch(r"10 passed, 0 failed", last_line(proc))
+    assert re.fullmatch(r"11 passed, 0 failed", last_line(proc)), "test.py's 10 tests and the worked example"
 
 
 @BOTH_RUNNERS
@@ -157,8 +157,9 @@ def test_runtime_error_points_at_the_readers_line(tmp_path, workspace, runner_ar
     assert "your file line 3:  return [total // (block_size - block_size)]" in proc.stdout
     assert re.search(r"total\s+= 5", proc.stdout)
     assert "called from test.py line 28" in proc.stdout
+    assert re.search(r"called from problem.md line \d+:  >>> ", proc.stdout), "the worked example names its line in problem.md"
     assert "Traceback" not in proc.stdout + proc.stderr
-    assert last_line(proc) == "0 passed, 2 failed"
+    assert last_line(proc) == "0 passed, 3 failed"
 
 
 @BOTH_RUNNERS
@@ -180,7 +181,7 @@ def test_syntax_error_is_a_compile_error(tmp_path, workspace, runner_args):
     assert "compile error: SyntaxError" in proc.stdout
     assert "your file line 1:  def block_hashes(token_ids, block_size:" in proc.stdout
     assert "verdict: compile error" in proc.stdout
-    assert last_line(proc) == "0 passed, 10 failed"
+    assert last_line(proc) == "0 passed, 11 failed"
     assert "Traceback" not in proc.stdout + proc.stderr
 
 
@@ -228,14 +229,15 @@ def test_endless_loop_is_a_timeout_with_the_line_it_was_stuck_on(tmp_path, works
     proc = run("test", "21", *runner_args, "--run", "--timeout", "0.5", "--file", str(path), workspace=workspace)
     assert proc.returncode == 1
     assert proc.stdout.count("timeout        test_example") == 1
-    assert proc.stdout.count("not run        test_example") == 1, "one endless loop costs one time limit"
+    assert proc.stdout.count("not run        test_example") == 2, "one endless loop costs one time limit"
     assert "skipped after the timeout in test_example" in proc.stdout
+    assert proc.stdout.count("skipped after the timeout") == 1, "a long note is shown once, then referred to"
     limit = 0.5 * (judge.ISOLATED_TIME_FACTOR if runner_args else 1)   # the isolated runner's round trips are CPU too
     assert f"did not finish within {limit:g} s" in proc.stdout
     assert re.search(r"at your file line [34]:", proc.stdout)
     assert re.search(r"^\s+i\s+= 0$", proc.stdout, re.M)
     assert "verdict: timeout" in proc.stdout
-    assert last_line(proc) == "0 passed, 2 failed"
+    assert last_line(proc) == "0 passed, 3 failed"
 
 
 @BOTH_RUNNERS
@@ -261,7 +263,7 @@ def test_endless_loop_at_module_level_is_a_timeout(tmp_path, workspace, runner_a
                             workspace=workspace).stdout)
     assert report["verdict"] == "timeout"
     assert report["load_error"]["where"]["lineno"] in (1, 2)
-    assert report["summary"] == "0 passed, 2 failed"
+    assert report["summary"] == "0 passed, 3 failed"
 
 
 @BOTH_RUNNERS
@@ -272,8 +274,9 @@ def test_a_process_that_dies_is_a_runtime_error(tmp_path, workspace, runner_args
             os._exit(7)
         """)
     report = json.loads(run("test", "21", *runner_args, "--run", "--file", str(path), "--json", workspace=workspace).stdout)
-    assert [t["verdict"] for t in report["tests"]] == ["runtime error", "not run"]
-    assert "the Python process ended during this test" in report["tests"][0]["message"]
+    assert [t["verdict"] for t in report["tests"]] == ["runtime error", "not run", "not run"]
+    assert report["tests"][0]["message"] == ("the Python process ended during this test: it exited with code 7 "
+                                             "(os._exit(), or an error outside every test)")
 
 
 @BOTH_RUNNERS
@@ -408,6 +411,7 @@ def test_judge_in_process(tmp_path):
                                     examples_only=True)
     assert wrong["verdict"] == "wrong answer"
     assert wrong["summary"] == "2 passed, 1 failed"
+    assert wrong["tests"][0]["name"] == runner.WORKED_EXAMPLE, "the worked example (problem.md beside test.py) runs first"
 
 
 def test_assertion_rewriting(tmp_path):
@@ -587,7 +591,8 @@ def test_a_value_that_equals_everything_is_not_accepted(tmp_path, workspace, run
             return Anything()
         """))
     report = _judge_json("test", "21", *runner_args, "--file", str(path), workspace=workspace)
-    assert report["verdict"] == "wrong answer"
+    assert report["verdict"] in ("wrong answer", "runtime error"), report["verdict"]   # the worked example fails first
+    assert [t["name"] for t in report["tests"] if t["verdict"] == "wrong answer"], "and test.py's comparisons fail"
 
 
 def test_replacing_a_library_function_the_tests_use_is_refused(tmp_path, workspace):
@@ -617,7 +622,7 @@ def test_an_edited_test_py_is_not_recorded(tmp_path, workspace):
     proc = subprocess.run([sys.executable, str(copy / "judge.py"), "test", "21"], capture_output=True,
                           text=True, env=env, timeout=120)
     assert proc.returncode == 1
-    assert "differs from the shipped version" in proc.stdout and "not recorded" in proc.stdout
+    assert "differ from the shipped version" in proc.stdout and "not recorded" in proc.stdout
     listed = subprocess.run([sys.executable, str(copy / "judge.py"), "list", "--json"], capture_output=True,
                             text=True, env=env, timeout=120)
     status = {r["number"]: r["status"] for r in json.loads(listed.stdout)}
@@ -660,10 +665,27 @@ def test_an_accepted_verdict_records_what_was_judged(workspace):
 def test_the_seal_matches_the_shipped_files():
     seal = judge.load_seal()
     expected = {f"{p.parent.name}/{p.name}" if p.name == "test.py" else p.name for p in judge.sealed_files()}
-    assert set(seal) == expected, "run `python practice/judge.py seal` after editing a test.py or runner.py"
+    expected |= {f"{ex.name}/problem.md#worked-examples" for ex in judge.find_exercises()}
+    assert set(seal) == expected, "run `python practice/judge.py seal` after editing a test.py, runner.py or proxy.py"
     for path in judge.sealed_files():
         key = f"{path.parent.name}/{path.name}" if path.name == "test.py" else path.name
         assert seal[key] == __import__("hashlib").sha256(path.read_bytes()).hexdigest(), key
+    for ex in judge.find_exercises():
+        assert seal[f"{ex.name}/problem.md#worked-examples"] == judge.examples_sha(ex), \
+            f"{ex.name}: its worked examples changed; run `python practice/judge.py seal`"
+
+
+def test_a_worked_example_that_changed_is_not_recorded(tmp_path, workspace):
+    """The worked examples judge too, so they are sealed: a problem.md whose examples were edited
+    (here: emptied, which would let more files through) gives a verdict that is not recorded."""
+    copy = _copy_practice(tmp_path)
+    problem = copy / "21_chained_block_hashes" / "problem.md"
+    problem.write_text(problem.read_text().replace(">>> ", "    "))
+    workspace.mkdir()
+    (workspace / "21_chained_block_hashes.py").write_text(REFERENCE_21)
+    proc = _run_copy(copy, "test", "21", workspace=workspace)
+    assert "the worked examples" in proc.stdout and "this verdict is not recorded" in proc.stdout, proc.stdout[-800:]
+    assert not (workspace / judge.STATUS_FILE).exists()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -743,8 +765,16 @@ def test_verify_holds_for_honest_records_and_reports_forged_or_edited_ones(tmp_p
     mine.write_text(mine.read_text() + "\n# edited after the verdict\n")
     listed = {r["number"]: r["status"] for r in json.loads(_run_copy(copy, "list", "--json", workspace=workspace).stdout)}
     assert listed["23"] == "accepted (stale: your file changed since)"
-    verified = _run_copy(copy, "verify", "23", workspace=workspace)
-    assert verified.returncode == 1 and "your file changed since it was recorded" in verified.stdout
+    verified = _run_copy(copy, "verify", "23", workspace=workspace)   # a comment added: stale, still accepted
+    assert verified.returncode == 0 and "BROKEN" not in verified.stdout, verified.stdout
+    assert re.search(r"^stale\s+23 ", verified.stdout, re.M) and "your file changed since it was recorded" in verified.stdout
+    assert "still accepted now: run `python practice/judge.py test 23` to refresh the record" in verified.stdout
+    mine.write_text(mine.read_text() + "\nlongest_cache_hit = None\n")
+    verified = _run_copy(copy, "verify", "23", "--json", workspace=workspace)   # now the verdict changed: BROKEN
+    [row] = json.loads(verified.stdout)["records"]
+    assert verified.returncode == 1 and row["state"] == "broken" and not row["holds"], row
+    assert "your file changed since it was recorded" in row["problems"]
+    assert any(p.startswith("judged again now: runtime error") for p in row["problems"]), row["problems"]
 
 
 def test_tests_rewritten_with_their_seal_are_caught_by_verify_from_a_fresh_copy(tmp_path, workspace):
@@ -753,6 +783,8 @@ def test_tests_rewritten_with_their_seal_are_caught_by_verify_from_a_fresh_copy(
     forged = _copy_practice(tmp_path / "forged")
     (forged / "23_lookup_last_token" / "test.py").write_text(
         "from solution_under_test import longest_cache_hit\n\ndef test_example_nothing():\n    pass\n")
+    problem = forged / "23_lookup_last_token" / "problem.md"
+    problem.write_text(problem.read_text().replace(">>> ", "    "))   # the worked examples judge too
     assert _run_copy(forged, "seal", workspace=workspace).returncode == 0
     _run_copy(forged, "start", "23", workspace=workspace)     # the starter: NotImplementedError everywhere
     judged = _run_copy(forged, "test", "23", workspace=workspace)
@@ -762,19 +794,24 @@ def test_tests_rewritten_with_their_seal_are_caught_by_verify_from_a_fresh_copy(
     [row] = json.loads(verified.stdout)["records"]
     assert verified.returncode == 1 and not row["holds"]
     assert "recorded against another test.py than the shipped one" in row["problems"]
+    assert "recorded against other worked examples than the shipped ones" in row["problems"]
     assert any(p.startswith("judged again now: runtime error") for p in row["problems"])
 
 
-ROUTE_2_FORGER = """\
+ROUTE_2_FORGER = (PRACTICE / "52_in_batch_prefix_dedup" / "solution.py").read_text().replace(
+    "def lpm_order(", "def _honest_lpm_order(") + textwrap.dedent("""\
     def lpm_order(waiting, match_len, *, check_threshold=32, deprioritize_threshold=32, fcfs_threshold=128):
         g = match_len.__globals__
+        if g.get("__name__") == "worked_example":   # problem.md's example: answered honestly (its match_len is
+            return _honest_lpm_order(waiting, match_len, check_threshold=check_threshold,   # the example's own)
+                                     deprioritize_threshold=deprioritize_threshold, fcfs_threshold=fcfs_threshold)
         g["@plain_equal"] = lambda got, expected: True
         g["raises_value_error"] = lambda call: True
         for name in list(g):
             if name.startswith("test_") and callable(g[name]):
                 g[name] = lambda: None
         return [rid for rid, _ in waiting]
-    """
+    """)
 
 
 def test_a_test_function_handed_to_the_code_cannot_reach_the_tests_when_isolated(tmp_path, workspace):
@@ -789,7 +826,7 @@ def test_a_test_function_handed_to_the_code_cannot_reach_the_tests_when_isolated
 
 def test_route_2_fools_the_in_child_runner_and_verify_reports_it(tmp_path, workspace):
     """Route 2 under the in-child runner `test` uses: the tests run in the code's process, so the
-    forged file is accepted and recorded (this is the route; practice/README.md says so). `verify`
+    forged file is accepted and recorded (this is the route; practice/JUDGE.md says so). `verify`
     re-judges with the isolated runner and reports the record."""
     copy = _copy_practice(tmp_path)
     assert _run_copy(copy, "start", "52", workspace=workspace).returncode == 0
@@ -1025,8 +1062,11 @@ def test_printing_megabytes_is_bounded(tmp_path, workspace, runner_args):
         "    hashes, parent = [], None\n", "    hashes, parent = [], None\n    print('x' * 20_000_000)\n"))
     report = _judge_json("test", "21", *runner_args, "--run", "--file", str(path), workspace=workspace)
     assert report["verdict"] == "accepted"
-    printed = report["tests"][0]["stdout"]
-    assert len(printed) < 3 * runner.STDOUT_LIMIT and "more characters (not shown)" in printed
+    printed = report["tests"][0]
+    assert len(printed["stdout"]) == runner.STDOUT_LIMIT, "the first characters are kept"
+    total = printed["stdout_cut"]["characters"] + runner.STDOUT_LIMIT   # each call printed 20,000,001 characters
+    assert total % 20_000_001 == 0 and total // 20_000_001 >= 4, printed["stdout_cut"]
+    assert printed["stdout_cut"]["lines"] == total // 20_000_001, "the line breaks not kept are counted"
 
 
 @BOTH_RUNNERS
@@ -1104,3 +1144,532 @@ def test_weak_tests_leave_survivors_and_stale_declarations_are_reported(tmp_path
     assert "block_hashes: 'hashes.append(parent)' -> 'pass'" not in result["survivors"], "an empty list is caught"
     assert result["stale_declarations"] == ["block_hashes: no such mutant"]
     assert result["killed"] + len(result["survivors"]) == result["generated"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Hostile answers, files and flags (issue 38): the judge ends with a verdict or a one-line error,
+# never a traceback or a hang, and its memory stays within what the learner's code may use.
+
+FORGE = """\
+import json as _json, os as _os
+
+
+def _forge(*messages, raw=b""):
+    \"\"\"Write answers in the proxy's framing to every descriptor: one of them is the judge's pipe.\"\"\"
+    data = b"".join(len(m).to_bytes(4, "big") + m for m in (_json.dumps(x).encode() for x in messages)) + raw
+    for fd in range(3, 30):
+        try:
+            _os.write(fd, data)
+        except OSError:
+            pass
+"""
+
+
+def _no_traceback(proc: subprocess.CompletedProcess) -> None:
+    assert "Traceback" not in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]
+
+
+HOSTILE_BEGIN_ANSWERS = {
+    "error answer": ["E", "ValueError", ["ValueError", "Exception", "BaseException"], "no", None, [], None],
+    "interrupt-derived": ["E", "Stop", ["KeyboardInterrupt", "BaseException"], "bye", None, [], None],
+    "load-error answer": ["L"],
+}
+
+
+@pytest.mark.parametrize("answer", list(HOSTILE_BEGIN_ANSWERS), ids=lambda a: a.replace(" ", "-"))
+def test_a_hostile_answer_to_the_start_of_a_test_is_a_verdict(tmp_path, workspace, answer):
+    """The code patches its own process's server so that the request starting the first test is
+    answered with an error, a KeyboardInterrupt-derived exception or a load error: the test ends
+    as a runtime error, the judge does not crash."""
+    path = write(tmp_path / "hostile_begin.py", REFERENCE_21 + textwrap.dedent(f"""\
+        import sys
+        _proxy = sys.modules["practice_proxy"]
+        _real_answer, _begins = _proxy._Server.answer, [0]
+
+        def _answer(self, op, message):
+            if op == "begin":
+                _begins[0] += 1
+                if _begins[0] == 2:          # the first test's (the first is test.py's loading)
+                    return self.send({HOSTILE_BEGIN_ANSWERS[answer]!r})
+            return _real_answer(self, op, message)
+
+        _proxy._Server.answer = _answer
+        """))
+    proc = run("test", "21", "--isolated", "--json", "--file", str(path), workspace=workspace)
+    _no_traceback(proc)
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 1 and report["verdict"] == "runtime error", report["verdict"]
+    bad = [t for t in report["tests"] if t["verdict"] == "runtime error"]
+    assert bad and ("start of a test" in bad[0]["message"] or "malformed" in bad[0]["message"]), bad[:1]
+
+
+def test_a_malformed_first_answer_is_a_verdict(tmp_path, workspace):
+    """['L'] (a load error without its description) written before the child's own first answer."""
+    path = write(tmp_path / "hostile_first.py", FORGE + "\n_forge(['L'])\n" + REFERENCE_21)
+    proc = run("test", "21", "--isolated", "--json", "--file", str(path), workspace=workspace)
+    _no_traceback(proc)
+    assert proc.returncode == 1 and json.loads(proc.stdout)["verdict"] == "runtime error"
+
+
+@BOTH_RUNNERS
+def test_exit_inside_the_learners_repr_is_a_verdict(tmp_path, workspace, runner_args):
+    """A wrong tree whose __repr__ calls exit(): describing the failure (the test's locals hold the
+    tree) must not end the judge, nor turn a wrong answer into a crash."""
+    wrong = mistake_file("32", "no_parent_push", tmp_path)
+    wrong.write_text(wrong.read_text() + "\n\ndef _bye(self):\n    exit()\n\n\nRadixCache.__repr__ = _bye\n")
+    proc = run("test", "32", *runner_args, "--json", "--file", str(wrong), workspace=workspace)
+    _no_traceback(proc)
+    report = json.loads(proc.stdout)
+    assert report["verdict"] == "wrong answer", report["summary"]
+    shown = [v for t in report["tests"] for v in ((t.get("failure") or {}).get("test") or {}).get("locals", {}).values()]
+    assert any("repr failed: SystemExit" in v for v in shown), shown
+
+
+def _judge_short_wall(path: Path, number: str, tmp_path: Path, timeout: float = 0.2) -> tuple[dict, float]:
+    """judge_file(..., isolated=True) in a fresh process with the wall-clock backstop shortened
+    (factor 1, grace 2 s): (the report, seconds to it). A hang fails the test instead of blocking it."""
+    import time
+    script = textwrap.dedent(f"""\
+        import importlib.util, json, sys
+        spec = importlib.util.spec_from_file_location("practice_judge", {str(JUDGE)!r})
+        judge = importlib.util.module_from_spec(spec)
+        sys.modules["practice_judge"] = judge
+        spec.loader.exec_module(judge)
+        judge.WALL_FACTOR, judge.WALL_GRACE = 1, 2.0
+        report = judge.judge_file(judge.get_exercise({number!r}), {str(path)!r}, timeout={timeout}, isolated=True)
+        print(json.dumps(report))
+        """)
+    start = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=str(tmp_path), start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        proc.communicate()
+        pytest.fail("the judge hung (no verdict within 90 s)")
+    assert "Traceback" not in out + err, err[-3000:]
+    return json.loads(out), time.monotonic() - start
+
+
+def test_a_child_that_stops_reading_a_callbacks_reply_is_a_timeout(tmp_path):
+    """The code asks for a test object's method whose reply is 4 MB (random.Random.randbytes), then
+    sleeps instead of reading it: the judge's write would block forever; the wall-clock backstop
+    covers writes as well as reads."""
+    reference = (PRACTICE / "72_dynamo_cost_temperature" / "solution.py").read_text()
+    path = write(tmp_path / "stops_reading.py", reference + FORGE + textwrap.dedent("""\
+        import time
+
+        def select_worker(workers, isl_tokens, block_size, *, overlap_weight=1.0, temperature=0.0, rng=None):
+            try:
+                rng.getrandbits(1)           # a real random.Random of the test's (not a scripted Draw)
+            except Exception:
+                return 0
+            _forge(["C", object.__getattribute__(rng, "_index"), [3_000_000], [], None, "randbytes"])
+            time.sleep(3600)
+        """))
+    report, seconds = _judge_short_wall(path, "72", tmp_path)
+    stuck = [t for t in report["tests"] if t["verdict"] == "timeout"]
+    assert stuck and "wall-clock" in stuck[0]["message"], [(t["name"], t["verdict"], t["message"]) for t in report["tests"]]
+    assert seconds < 60
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_verify_and_list_on_a_named_pipe_or_a_directory(tmp_path, workspace, kind):
+    """The recorded file replaced by a named pipe (reading it would wait for a writer forever) or a
+    directory: `verify` reports the record, `list` shows the exercise, neither hangs nor crashes."""
+    run("start", "23", workspace=workspace)
+    mine = workspace / "23_lookup_last_token.py"
+    mine.write_text((PRACTICE / "23_lookup_last_token" / "solution.py").read_text())
+    assert run("test", "23", workspace=workspace).returncode == 0
+    mine.unlink()
+    os.mkfifo(mine) if kind == "fifo" else mine.mkdir()
+    verified = run("verify", "--json", workspace=workspace, timeout=60)
+    _no_traceback(verified)
+    [row] = json.loads(verified.stdout)["records"]
+    assert verified.returncode == 1 and not row["holds"] and any("not a regular file" in p for p in row["problems"])
+    listed = run("list", "--json", workspace=workspace, timeout=60)
+    _no_traceback(listed)
+    assert {r["number"]: r["status"] for r in json.loads(listed.stdout)}["23"].startswith("accepted (stale")
+    judged = run("test", "23", workspace=workspace, timeout=60)
+    _no_traceback(judged)
+    assert judged.returncode == 2 and "not a regular file" in judged.stderr
+
+
+def _peak_rss_mb(*args: str, workspace: Path) -> tuple[subprocess.CompletedProcess, float]:
+    """Run judge.py in a helper process; return it and the largest resident size of that judge and
+    every process it waited for (the learner's child, limited by --memory, included), in MB."""
+    script = textwrap.dedent(f"""\
+        import json, os, resource, subprocess, sys
+        proc = subprocess.run([sys.executable, {str(JUDGE)!r}, *{list(args)!r}], capture_output=True, text=True,
+                              env={{**os.environ, "NANO_ENGINE_WORKSPACE": {str(workspace)!r}}}, timeout=600)
+        print(json.dumps([proc.returncode, proc.stdout, proc.stderr,
+                          resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024]))
+        """)
+    code, out, err, peak = json.loads(subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                                                     timeout=700).stdout)
+    return subprocess.CompletedProcess(args, code, out, err), peak
+
+
+def test_a_huge_frame_of_empty_lists_is_refused_within_the_learners_memory(tmp_path, workspace):
+    """A 24 MiB answer of `[[], [], ...]` costs the JSON decoder ~700 MB (64 bytes per empty list):
+    the judge refuses a frame whose decoding would need more than the code's own memory limit
+    (here --memory 256), so its peak stays near an honest run's."""
+    path = write(tmp_path / "frame.py", FORGE + textwrap.dedent("""\
+        def block_hashes(token_ids, block_size):
+            body = b'["R",["l",[' + b"[]," * (8 * 2**20) + b'[]]],[],null,[]]'
+            _forge(raw=len(body).to_bytes(4, "big") + body)
+            return []
+        """))
+    proc, peak = _peak_rss_mb("test", "21", "--isolated", "--memory", "256", "--run", "--json", "--file", str(path),
+                              workspace=workspace)
+    _no_traceback(proc)
+    report = json.loads(proc.stdout)
+    assert report["verdict"] == "runtime error", report["summary"]
+    assert "your code sent the judge" in report["tests"][0]["message"], report["tests"][0]
+    assert peak < 256, f"the judge peaked at {peak:.0f} MB"
+
+
+BAD_STATUS = {"list": "[]", "null": "null", "string": '"accepted"', "number": "21", "deep": "[" * 100_000 + "]" * 100_000,
+              "deep record": '{"21": ' + "[" * 100_000 + "]" * 100_000 + "}", "not json": "{'21': 1"}
+
+
+@pytest.mark.parametrize("content", list(BAD_STATUS), ids=lambda c: c.replace(" ", "-"))
+def test_a_status_file_that_is_not_a_record_is_a_one_line_error(workspace, content):
+    workspace.mkdir()
+    (workspace / judge.STATUS_FILE).write_text(BAD_STATUS[content])
+    listed = run("list", workspace=workspace)
+    _no_traceback(listed)
+    assert listed.returncode == 0 and "not started" in listed.stdout
+    verified = run("verify", workspace=workspace)
+    _no_traceback(verified)
+    assert verified.returncode == 2 and judge.STATUS_FILE in verified.stderr
+    assert len(verified.stderr.strip().splitlines()) == 1, verified.stderr
+
+
+@pytest.mark.parametrize("args", [("--timeout", "1e9"), ("--isolated", "--timeout", "1e20"), ("--memory", "0"),
+                                  ("--memory", "-5"), ("--memory", str(2**40))], ids=" ".join)
+def test_absurd_limits_are_refused_in_one_line(tmp_path, workspace, args):
+    """A time or memory limit no run can use is refused (exit 2, one line naming the option), and
+    nothing is left in the temporary folder."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "NANO_ENGINE_WORKSPACE": str(workspace), "NO_COLOR": "1", "TMPDIR": str(scratch)}
+    proc = subprocess.run([sys.executable, str(JUDGE), "solution", "21", *args], capture_output=True, text=True,
+                          env=env, timeout=120)
+    _no_traceback(proc)
+    assert proc.returncode == 2, proc.stdout[-2000:]
+    assert args[-2] in proc.stderr.strip().splitlines()[-1], proc.stderr   # argparse: its usage, then one line
+    assert list(scratch.iterdir()) == [], "the judge left its temporary folders behind"
+
+
+def test_what_the_judge_mirrors_is_bounded_too(tmp_path, workspace):
+    """Forty 1 MiB messages, each a new mirrored list of 120,000 empty lists (~8 MB each in the
+    judge): what a run sends in all is bounded by the code's memory limit (here --memory 256), so
+    the judge stops the run before it keeps hundreds of MB."""
+    reference = (PRACTICE / "72_dynamo_cost_temperature" / "solution.py").read_text()
+    path = write(tmp_path / "many_mirrors.py", reference + FORGE + textwrap.dedent("""\
+        _reference = select_worker
+
+        def select_worker(workers, isl_tokens, block_size, *, overlap_weight=1.0, temperature=0.0, rng=None):
+            if rng is not None:
+                index = object.__getattribute__(rng, "_index")
+                for i in range(40):
+                    _forge(["C", index, [], [[10_000_000 + i, "l", [["l", []]] * 120_000]], None, "random"])
+            return _reference(workers, isl_tokens, block_size, overlap_weight=overlap_weight,
+                              temperature=temperature, rng=rng)
+        """))
+    proc, peak = _peak_rss_mb("test", "72", "--isolated", "--memory", "256", "--run", "--json", "--file", str(path),
+                              workspace=workspace)
+    _no_traceback(proc)
+    report = json.loads(proc.stdout)
+    assert report["verdict"] == "runtime error", report["summary"]
+    assert any("too much to mirror" in t["message"] for t in report["tests"]), [t["message"] for t in report["tests"]]
+    assert peak < 256, f"the judge peaked at {peak:.0f} MB"
+
+
+# ---------------------------------------------------------------------------------------------
+# An answer cannot be borrowed (issue 35.1): a file that imports nano_engine, or whose asked-for
+# names are not its own, is refused by `test` (both runners) and by `verify`
+
+BORROWED = {
+    "from-import": ("31", "from nano_engine.radix import RadixCache, Node\n"),
+    "subclass": ("32", "import nano_engine.radix\n\n\nclass Node(nano_engine.radix.Node):\n    pass\n\n\n"
+                       "class RadixCache(nano_engine.radix.RadixCache):\n    pass\n"),
+    "lazy-import": ("21", "def block_hashes(token_ids, block_size):\n"
+                          "    from nano_engine.hashing import block_hashes as theirs\n"
+                          "    return theirs(token_ids, block_size)\n"),
+    "import_module": ("21", "import importlib\n\n\ndef block_hashes(token_ids, block_size):\n"
+                            "    return importlib.import_module('nano_engine.hashing').block_hashes(token_ids, block_size)\n"),
+    "__import__": ("21", "def block_hashes(token_ids, block_size):\n"
+                         "    return __import__('nano_engine.hashing', fromlist=['x']).block_hashes(token_ids, block_size)\n"),
+    "computed-name": ("21", "import importlib\n\n\ndef block_hashes(token_ids, block_size):\n"
+                            "    name = 'nano_' + 'engine.hashing'\n"
+                            "    return importlib.import_module(name).block_hashes(token_ids, block_size)\n"),
+}
+
+
+@BOTH_RUNNERS
+@pytest.mark.parametrize("form", list(BORROWED))
+def test_an_answer_that_uses_the_package_is_refused(tmp_path, workspace, runner_args, form):
+    number, source = BORROWED[form]
+    path = write(tmp_path / f"borrowed_{number}.py", source)
+    proc = run("test", number, *runner_args, "--file", str(path), workspace=workspace)
+    _no_traceback(proc)
+    text = " ".join(proc.stdout.split())   # the paragraph is wrapped for the terminal
+    assert proc.returncode == 1 and "verdict: refused" in text, proc.stdout[-2000:]
+    assert "proves nothing and the judge does not run it" in text
+    why = "reads nano_engine's files while it runs" if form == "computed-name" else "your file imports nano_engine"
+    assert why in text, proc.stdout[-2000:]
+
+
+@BOTH_RUNNERS
+def test_a_name_the_exercise_asks_for_must_be_defined_in_the_file(tmp_path, workspace, runner_args):
+    """`from helper import block_hashes` (a file of the learner's own, beside it): the asked-for
+    name comes from another module. A helper the file uses is fine (test_a_solution_over_two_files)."""
+    write(tmp_path / "helper_21.py", REFERENCE_21)
+    path = write(tmp_path / "reexport.py", "from helper_21 import block_hashes\n")
+    report = _judge_json("test", "21", *runner_args, "--file", str(path), workspace=workspace)
+    assert report["verdict"] == "refused", report["summary"]
+    assert "`block_hashes` is defined in" in report["load_error"]["message"]
+    assert "helper_21.py, not in your file" in report["load_error"]["message"]
+
+
+@BOTH_RUNNERS
+def test_a_namedtuple_of_the_files_own_is_its_own(tmp_path, workspace, runner_args):
+    """collections.namedtuple makes a class whose module the standard library sets: still the file's."""
+    reference = (PRACTICE / "62_load_back_decision" / "solution.py").read_text()
+    assert "class LoadPlan(NamedTuple):" in reference
+    path = write(tmp_path / "namedtuple_62.py", reference.replace(
+        "class LoadPlan(NamedTuple):", "import collections\nLoadPlan = collections.namedtuple("
+        "'LoadPlan', 'prefix_tokens load_tokens evict')\n\n\nclass _Unused(NamedTuple):"))
+    report = _judge_json("test", "62", *runner_args, "--file", str(path), workspace=workspace)
+    assert report["verdict"] == "accepted", (report["summary"], report.get("load_error"))
+
+
+def test_verify_refuses_a_recorded_answer_that_uses_the_package(tmp_path, workspace):
+    """A record of an acceptance (made before this check existed, or forged) whose file borrows
+    the answer: `verify` re-judges it and reports it BROKEN, refused."""
+    run("start", "23", workspace=workspace)
+    mine = workspace / "23_lookup_last_token.py"
+    mine.write_text((PRACTICE / "23_lookup_last_token" / "solution.py").read_text())
+    assert run("test", "23", workspace=workspace).returncode == 0
+    mine.write_text(mine.read_text() + "\nimport nano_engine.prefix_cache\n")
+    verified = run("verify", "--json", workspace=workspace)
+    [row] = json.loads(verified.stdout)["records"]
+    assert verified.returncode == 1 and row["state"] == "broken" and row["verdict"] == "refused", row
+
+
+# ---------------------------------------------------------------------------------------------
+# The statement's worked examples are a test (issue 39.2), and judge messages say what a learner
+# needs (issue 35.4)
+
+REFERENCE_51 = (PRACTICE / "51_lpm_scheduling" / "solution.py").read_text()
+PER_OVERTAKER_51 = REFERENCE_51.replace('''        latest = max((r["arrival"] for r in chosen), default=-1)
+        chosen_ids = {r["rid"] for r in chosen}
+        self._queue = [r for r in self._queue if r["rid"] not in chosen_ids]
+        for r in self._queue:
+            if r["arrival"] < latest:            # someone who came later went first
+                r["passed_over"] += 1''', '''        chosen_ids = {r["rid"] for r in chosen}
+        self._queue = [r for r in self._queue if r["rid"] not in chosen_ids]
+        for r in self._queue:                    # once per request that overtook it, not once per round
+            r["passed_over"] += sum(1 for c in chosen if c["arrival"] > r["arrival"])''')
+
+
+@BOTH_RUNNERS
+def test_a_file_that_fails_the_statements_own_example_is_never_accepted(tmp_path, workspace, runner_args):
+    """The learner review's exercise-51 file counts "passed over" once per overtaking request, not
+    once per round: test.py's tests accepted it; the worked example of problem.md does not."""
+    assert PER_OVERTAKER_51 != REFERENCE_51
+    path = write(tmp_path / "per_overtaker.py", PER_OVERTAKER_51)
+    for mode in (("--run",), ()):
+        proc = run("test", "51", *runner_args, *mode, "--file", str(path), workspace=workspace)
+        assert proc.returncode == 1 and "verdict: wrong answer" in proc.stdout, proc.stdout[-1500:]
+        assert re.search(r"wrong answer\s+test_example_worked_example", proc.stdout)
+        assert re.search(r"problem\.md line \d+:  >>> sched\.schedule\(1\)", proc.stdout), proc.stdout[-1500:]
+        assert re.search(r"expected: \['d'\]\n\s+got:\s+\['a'\]", proc.stdout), proc.stdout[-1500:]
+
+
+@BOTH_RUNNERS
+def test_the_learners_printing_is_not_part_of_a_worked_example(tmp_path, workspace, runner_args):
+    """A correct solution with debug prints still passes the worked example: what the learner's code
+    prints is the test's output, compared with nothing (only the example's own values and prints)."""
+    path = write(tmp_path / "chatty_71.py", (PRACTICE / "71_gap_detecting_subscriber" / "solution.py").read_text()
+                 .replace("    def receive(self, seq", "    def receive(self, seq", 1) + textwrap.dedent("""\
+
+        _receive = GapAwareSubscriber.receive
+
+
+        def _chatty(self, *args, **kwargs):
+            print("DEBUG receive", args)
+            return _receive(self, *args, **kwargs)
+
+
+        GapAwareSubscriber.receive = _chatty
+        """))
+    report = _judge_json("test", "71", *runner_args, "--run", "--file", str(path), workspace=workspace)
+    first = report["tests"][0]
+    assert first["name"] == "test_example_worked_example" and first["verdict"] == "accepted", first
+    assert "DEBUG receive" in first["stdout"], "the printing is kept as the test's output"
+
+
+@BOTH_RUNNERS
+def test_an_expected_exception_matches_by_its_class(tmp_path, workspace, runner_args):
+    """Exercise 11's example expects the reference's ValueError message; the statement says yours
+    only has to be a ValueError: another message, or a subclass, passes; another class does not."""
+    reference = (PRACTICE / "11_block_pool_refcounts" / "solution.py").read_text()
+    old = 'raise ValueError(f"cannot {action} block {b} {times} time(s): it holds {self.ref_cnt[b]} reference(s)")'
+    assert old in reference
+    for new, verdict in [('raise ValueError("freed too often")', "accepted"),
+                         ('raise PoolError("freed too often")', "accepted"),
+                         ('raise KeyError(b)', "wrong answer")]:
+        path = write(tmp_path / "pool.py", reference.replace(old, new) + "\n\nclass PoolError(ValueError):\n    pass\n")
+        report = _judge_json("test", "11", *runner_args, "--run", "--file", str(path), workspace=workspace)
+        first = report["tests"][0]
+        assert (first["name"], first["verdict"]) == ("test_example_worked_example", verdict), (new, first)
+    assert "KeyError" in first["failure"]["got"] and first["failure"]["expected"].startswith("ValueError")
+
+
+@BOTH_RUNNERS
+def test_printed_output_is_shown_from_its_first_line_with_what_was_cut(tmp_path, workspace, runner_args):
+    """The first print usually holds the inputs: it is shown, and the rest is counted."""
+    path = write(tmp_path / "debug.py", textwrap.dedent("""\
+        def block_hashes(token_ids, block_size):
+            print("START-OF-CALL", token_ids)
+            for i in range(60):
+                print("line", i)
+            return []
+        """))
+    proc = run("test", "21", *runner_args, "--file", str(path), workspace=workspace)
+    block = proc.stdout.split("test_parent_is_in_the_hash", 1)[1]
+    assert re.search(r"printed:\n\s+START-OF-CALL \[1, 2, 3, 4\]\n\s+line 0\n", block), block[:800]
+    hidden = 2 * 61 - 10   # two calls, 61 lines each, 10 shown
+    assert re.search(rf"… {hidden} more lines, [\d,]+ characters", block), block[:1200]
+
+
+@BOTH_RUNNERS
+def test_a_timeout_after_heavy_output_says_how_much_was_printed(tmp_path, workspace, runner_args):
+    path = write(tmp_path / "printer.py", textwrap.dedent("""\
+        def block_hashes(token_ids, block_size):
+            while True:
+                print("hashing", token_ids, "in blocks of", block_size)
+        """))
+    report = _judge_json("test", "21", *runner_args, "--run", "--timeout", "0.5", "--file", str(path), workspace=workspace)
+    stuck = report["tests"][0]
+    assert stuck["verdict"] == "timeout", stuck
+    match = re.search(r"it printed ([\d,]+) characters \(([\d,]+) lines\) first, and printing that much is slow",
+                      stuck["message"])
+    assert match and int(match[1].replace(",", "")) >= 100_000, stuck["message"]
+    assert stuck["stdout"].startswith("hashing [1, 2, 3, 4, 5] in blocks of 2\n"), stuck.get("stdout", "")[:200]
+
+
+@BOTH_RUNNERS
+def test_a_list_where_a_tuple_was_expected_is_named(tmp_path, workspace, runner_args):
+    reference = (PRACTICE / "23_lookup_last_token" / "solution.py").read_text()
+    path = write(tmp_path / "as_list.py", reference.replace("return hit, len(hit) * block_size",
+                                                            "return [hit, len(hit) * block_size]"))
+    report = _judge_json("test", "23", *runner_args, "--file", str(path), workspace=workspace)
+    notes = [(t.get("failure") or {}).get("difference") or "" for t in report["tests"] if t["verdict"] == "wrong answer"]
+    assert "types differ: expected a tuple, got a list (the same items)" in notes, notes
+
+
+def test_an_accepted_run_says_whether_it_was_recorded(tmp_path, workspace):
+    run("start", "23", workspace=workspace)
+    mine = workspace / "23_lookup_last_token.py"
+    mine.write_text((PRACTICE / "23_lookup_last_token" / "solution.py").read_text())
+    other = write(tmp_path / "elsewhere.py", mine.read_text())
+    proc = run("test", "23", "--file", str(other), workspace=workspace)
+    assert proc.returncode == 0 and "not recorded: only your workspace file" in proc.stdout, proc.stdout[-600:]
+    assert "--file judges any file without recording it" in proc.stdout
+    proc = run("test", "23", "--run", workspace=workspace)
+    assert "not recorded: the examples alone are not an acceptance" in proc.stdout
+    assert not (workspace / judge.STATUS_FILE).exists()
+    proc = run("test", "23", workspace=workspace)
+    assert re.search(r"recorded as accepted in \S*\.judge_status\.json", proc.stdout), proc.stdout[-600:]
+
+
+CRASHES = {"segfault": ("import faulthandler\n\n\ndef block_hashes(token_ids, block_size):\n    faulthandler._sigsegv()\n",
+                        "it crashed (SIGSEGV) in native code"),
+           "memory": ("def block_hashes(token_ids, block_size):\n    return [0] * 10**9\n",
+                      "MemoryError: over the memory limit of your code (256 MiB)")}
+
+
+@BOTH_RUNNERS
+@pytest.mark.parametrize("cause", list(CRASHES))
+def test_the_runner_says_which_limit_ended_a_run(tmp_path, workspace, runner_args, cause):
+    source, said = CRASHES[cause]
+    path = write(tmp_path / f"{cause}.py", source)
+    report = _judge_json("test", "21", *runner_args, "--run", "--memory", "256", "--file", str(path), workspace=workspace)
+    assert said in report["tests"][0]["message"], report["tests"][0]["message"]
+
+
+def test_the_ways_a_process_ends_are_named():
+    import signal
+    assert "CPU time of the whole run (600 s)" in runner.describe_exit(-signal.SIGXCPU, 2048, 600)
+    assert "crashed (SIGBUS)" in runner.describe_exit(-signal.SIGBUS)
+    assert "memory limit of your code (2048 MiB)" in runner.describe_exit(runner.EXIT_OUT_OF_MEMORY, 2048)
+    assert "out-of-memory killer" in runner.describe_exit(-signal.SIGKILL)
+    assert "exited with code 7" in runner.describe_exit(7)
+
+
+def test_the_worked_examples_are_parsed_as_doctest_parses_them():
+    """runner.worked_example_cases parses the fences without importing doctest (20 ms of every
+    `judge.py test`): on every problem.md, and on the shapes doctest knows, it gives doctest's examples."""
+    import doctest
+    sample = textwrap.dedent("""\
+        ## Worked example
+
+        ```python
+        >>> x = [1,
+        ...      2]
+        >>> x
+        [1, 2]
+        >>> # a comment is not an example
+        >>> def f():
+        ...     raise ValueError("no")
+        >>> f()
+        Traceback (most recent call last):
+          File "<stdin>", line 1, in <module>
+        ValueError: no
+        >>> print("a")
+        a
+        <BLANKLINE>
+
+        ```
+        """)
+    for text in [sample] + [ex.problem.read_text() for ex in judge.find_exercises()]:
+        ours = runner.worked_example_cases(text)
+        fences = re.findall(r"```python\n(.*?)```", text.split("## Worked example", 1)[-1], re.S)
+        theirs = [e for fence in fences for e in doctest.DocTestParser().get_examples(fence)]
+        assert [(c["source"], c["want"], c["exc_msg"]) for c in ours] == [(e.source, e.want, e.exc_msg) for e in theirs]
+    assert [c["lineno"] for c in runner.worked_example_cases(sample)] == [4, 6, 9, 11, 15]
+
+
+def test_the_learners_page_is_short_and_the_judges_page_exists():
+    """practice/README.md is the learner's page (issue 35.5): under 100 lines, the commands a learner
+    runs and the verdicts; how the judge protects itself is on its own page, linked from it."""
+    readme = (PRACTICE / "README.md").read_text()
+    assert len(readme.splitlines()) < 100
+    for needed in ("judge.py start 21", "judge.py test 21 --run", "judge.py test 21", "judge.py list",
+                   "judge.py verify", "| refused |", "| timeout |", "[JUDGE.md](JUDGE.md)"):
+        assert needed in readme, needed
+    judge_page = (PRACTICE / "JUDGE.md").read_text()
+    for needed in ("## Two runners", "### Mutation testing", "## The worked examples are a test", "## Cost"):
+        assert needed in judge_page, needed
+    assert "COST_TABLE" not in judge_page, "the cost table is filled in from benchmarks/judge_runners.py"
+
+
+def test_a_class_the_package_made_is_refused_however_it_was_reached(tmp_path, workspace):
+    """Exercise 22's tests mention nano_engine, so `test` does not seal its process off from the
+    package: a module name computed at run time passes the source scan, but the class the file
+    hands over is the package's, and that is refused (`verify` refuses the import itself)."""
+    path = write(tmp_path / "computed_22.py", textwrap.dedent("""\
+        import importlib
+
+        _name = "nano_" + "engine.prefix_cache"
+        PrefixCachingBlockPool = importlib.import_module(_name).PrefixCachingBlockPool
+        """))
+    report = _judge_json("test", "22", "--file", str(path), workspace=workspace)
+    assert report["verdict"] == "refused", report["summary"]
+    assert report["load_error"]["message"].startswith("your file takes its answer from nano_engine "
+                                                      "(`PrefixCachingBlockPool` is nano_engine.prefix_cache.")

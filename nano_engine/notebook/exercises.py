@@ -129,7 +129,8 @@ def _details_html(test: dict) -> str:
     if test["verdict"] == "wrong answer":
         if failure.get("test"):
             expression = failure.get("expression") or failure["test"]["line"]
-            parts.append(f"<div><b>test.py line {failure['test']['lineno']}</b>: <code>{_esc(expression)}</code></div>")
+            where = failure["test"].get("file", "test.py")   # problem.md for the worked example
+            parts.append(f"<div><b>{_esc(where)} line {failure['test']['lineno']}</b>: <code>{_esc(expression)}</code></div>")
         if failure.get("message"):
             parts.append(f"<div>{_esc(failure['message'])}</div>")
         if "expected" in failure:
@@ -143,10 +144,13 @@ def _details_html(test: dict) -> str:
         if failure.get("yours"):
             parts.append(_frame_html(failure["yours"], "your file"))
         if failure.get("test"):
-            parts.append(f"<div>called from <b>test.py line {failure['test']['lineno']}</b>: "
-                         f"<code>{_esc(failure['test']['line'])}</code></div>")
+            parts.append(f"<div>called from <b>{_esc(failure['test'].get('file', 'test.py'))} line "
+                         f"{failure['test']['lineno']}</b>: <code>{_esc(failure['test']['line'])}</code></div>")
     if test.get("stdout"):
-        parts.append(f"<div>printed:</div><pre>{_esc(test['stdout'])}</pre>")
+        cut = test.get("stdout_cut") or {}
+        more = (f"<div><i>… and {cut['lines']:,} more lines, {cut['characters']:,} characters not kept</i></div>"
+                if cut else "")
+        parts.append(f"<div>printed:</div><pre>{_esc(test['stdout'])}</pre>{more}")
     return "".join(parts)
 
 
