@@ -133,10 +133,10 @@ def test_wrong_answer_shows_line_expected_got_and_locals(tmp_path, workspace, ru
     assert 'test.py line 63:  assert a[1] != c[1], "block [3, 4] after a different first block' in proc.stdout
     assert re.search(r"expected: != b'.+'\n\s+got:\s+b'", proc.stdout)
     assert re.search(r"^\s+c\s+= \[b'.+', b'.+'\]$", proc.stdout, re.M), "the test's locals are listed"
-    assert last_line(proc) == "3 passed, 7 failed"
+    assert last_line(proc) == "3 passed, 8 failed"
 
     report = json.loads(run("test", "21", *runner_args, "--file", str(wrong), "--json", workspace=workspace).stdout)
-    assert report["verdict"] == "wrong answer" and report["summary"] == "3 passed, 7 failed"
+    assert report["verdict"] == "wrong answer" and report["summary"] == "3 passed, 8 failed"
     failed = next(t for t in report["tests"] if t["name"] == "test_repeated_blocks_hash_differently")
     assert failed["failure"]["expected"] == "3" and failed["failure"]["got"] == "1"
     assert failed["failure"]["test"]["lineno"] == 69
@@ -410,7 +410,7 @@ def test_judge_in_process(tmp_path):
     wrong = runner.judge_in_process(ex.tests, mistake_file("32", "no_parent_push", tmp_path), ex.starter,
                                     examples_only=True)
     assert wrong["verdict"] == "wrong answer"
-    assert wrong["summary"] == "2 passed, 1 failed"
+    assert wrong["summary"] == "2 passed, 2 failed"
     assert wrong["tests"][0]["name"] == runner.WORKED_EXAMPLE, "the worked example (problem.md beside test.py) runs first"
 
 
