@@ -55,6 +55,17 @@ def test_the_exercises_the_issue_asks_for_exist():
                         "04_hit_rates", "05_scheduling_and_routing", "06_host_tier", "07_many_engines"}, "every chapter has an exercise"
 
 
+def test_the_learners_table_lists_every_exercise_as_its_statement_does():
+    """practice/README.md's table is the learner's index: title, difficulty and chapter as problem.md says."""
+    rows = {m[1]: (m[2].strip().removesuffix(" (optional)").replace("`", ""), m[3].strip(), m[4].strip()) for m in re.finditer(
+        r"^\| (\d\d) \| ([^|]+)\| ([^|]+)\| ([^|]+)\|$", (ROOT / "practice" / "README.md").read_text(), re.M)}
+    assert sorted(rows) == sorted(ex.number for ex in EXERCISES), "one row per exercise"
+    for ex in EXERCISES:
+        meta, _ = judge.parse_front_matter(ex.problem.read_text(encoding="utf-8"))
+        assert rows[ex.number] == (meta["title"], meta["difficulty"], meta["chapter"]), \
+            f"practice/README.md's row for {ex.number} differs from its problem.md"
+
+
 @pytest.mark.parametrize("ex", EXERCISES, ids=lambda e: e.name)
 def test_reference_is_accepted(ex):
     report = _judge_here(ex, ex.solution)
