@@ -221,18 +221,16 @@ def _first_difference(a: array, b: array) -> int:
 def common_len(key: array, tokens: list[int] | array, start: int, n: int) -> int:
     """How many of ``key[:n]`` equal ``tokens[start:start + n]``.
 
-    Two arrays are compared in C, all ``n`` tokens at once, and a binary search finds the first
-    difference when there is one. A list is compared in windows of ``FIRST_WINDOW`` tokens, then
-    twice as many each time, each converted just before it is compared: a prompt that leaves the
-    edge early converts little of it.
+    Windows of ``FIRST_WINDOW`` tokens, then twice as many each time, are compared in C (array
+    against array, as SGLang's ``RadixKey.match_at`` gallops); inside the first window that
+    differs, a binary search finds the token. A prompt that leaves the edge early is compared (and,
+    given as a list, converted) only that far, and no copy is larger than twice what agrees.
     """
-    if not isinstance(tokens, list):
-        edge, run = key[:n], tokens[start:start + n]
-        return n if array.__eq__(edge, run) else _first_difference(edge, run)
     lo, size = 0, FIRST_WINDOW
     while lo < n:
         hi = min(lo + size, n)
-        edge, run = key[lo:hi], _token_array(tokens[start + lo:start + hi])
+        edge, window = key[lo:hi], tokens[start + lo:start + hi]
+        run = _token_array(window) if isinstance(window, list) else window
         if array.__ne__(edge, run):
             return lo + _first_difference(edge, run)
         lo, size = hi, 2 * size
@@ -574,7 +572,7 @@ class RadixCache:
             pages = np.frombuffer(slots, dtype=np.uint32).reshape(-1, P)
         else:
             pages = np.asarray(slots, dtype=np.int64).reshape(-1, P)  # type: ignore[assignment]
-        first, last = pages[:, 0].astype(np.int64), pages[:, -1].astype(np.int64)
+        first, last = pages[:, 0], pages[:, -1]
         if len(pages) and ((first % P != 0).any() or (last - first != P - 1).any()):
             raise ValueError(f"insert: with page_size={P} every page of value must be "
                              f"the slots s, s+1, ..., s+{P - 1} of one KV page "
