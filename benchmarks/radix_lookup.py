@@ -28,7 +28,6 @@ import argparse
 import gc
 import heapq
 import itertools
-import random
 import time
 import tracemalloc
 

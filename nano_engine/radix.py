@@ -431,8 +431,7 @@ class RadixCache:
                              f"slots; they must be the same length")
         end = self._whole(len(tokens))
         if isinstance(tokens, list):          # every token is compared or stored: convert once
-            tokens = _ints(TOKEN, tokens, "key")
-            del tokens[end:]
+            tokens = _token_array(tokens)
         path, matched = self._walk(tokens, end)
         parent, new = path[-1], None
         if matched < end:
@@ -442,11 +441,7 @@ class RadixCache:
                 new_slots = _part(slots, matched, end)
             if self.page_size > 1:
                 self._check_aligned_pages(new_slots)
-            if type(tokens) is Ints and isinstance(key, list):   # our own copy: keep its new part
-                del tokens[:matched]
-            else:
-                tokens = _part(tokens, matched, end)
-            new = self._new_node(tokens, new_slots, parent)
+            new = self._new_node(_part(tokens, matched, end), new_slots, parent)
             new.last_access = next(self._clock) if self.sglang else self._now
             parent.children[self._child_key(new._key, 0)] = new
             self._num_nodes += 1
