@@ -120,7 +120,9 @@ SLOT = "I"
 _LIMITS = {TOKEN: "token ids must be ints in 0..2**64-1", SLOT: "KV slots must be ints in 0..2**32-1"}
 
 FIRST_WINDOW = 128
-"""Tokens in the first window ``common_len`` compares; each next window is twice as long."""
+"""Tokens in the first window ``common_len`` compares of a prompt given as a list (each window is
+converted: a small first one converts little when the prompt leaves the edge early); each next
+window is twice as long. An array's windows start 8 times larger (slicing it costs a copy only)."""
 
 
 class Ints(array):
@@ -226,7 +228,7 @@ def common_len(key: array, tokens: list[int] | array, start: int, n: int) -> int
     differs, a binary search finds the token. A prompt that leaves the edge early is compared (and,
     given as a list, converted) only that far, and no copy is larger than twice what agrees.
     """
-    lo, size = 0, FIRST_WINDOW
+    lo, size = 0, FIRST_WINDOW if isinstance(tokens, list) else 8 * FIRST_WINDOW
     while lo < n:
         hi = min(lo + size, n)
         edge, window = key[lo:hi], tokens[start + lo:start + hi]
@@ -510,7 +512,7 @@ class RadixCache:
             if child is None or guess + len(child._key) > end or tokens[guess + len(child._key) - 1] != child._key[-1]:
                 break
             node, guess = child, guess + len(child._key)
-        return _ints(TOKEN, tokens, "key") if 2 * guess >= end else tokens
+        return _token_array(tokens) if 2 * guess >= end else tokens
 
     def _agree(self, child: Node, tokens: list[int] | array, start: int, end: int | None = None) -> int:
         """How many tokens of ``child.key`` agree with ``tokens[start:end]``."""
