@@ -6,7 +6,7 @@ For each cache (``hashed``: the chapter's ``PrefixCachingBlockPool``; ``vllm``; 
 * ``--block-size 512`` (one token per hash id, the paper's count): the baseline of the same run;
 * ``--block-size 16`` (512 deterministic tokens per id, blocks / pages of 16, as an engine sees
   the prompt: 145M tokens for the conversation trace). The hashed pool is then
-  ``trace_pool.TraceBlockPool``, the same pool keyed by the trace's ids (``replay.replay_trace``).
+  ``trace_pool.TraceBlockPool``, the same pool keyed by the trace's ids (``traces.replay_trace``).
 
 ``--token-pool`` adds, for the hashed caches, the 16-token replay through the real
 ``PrefixCachingBlockPool`` fed the tokens (the replay before ``TraceBlockPool``): the baseline of
@@ -29,8 +29,8 @@ import multiprocessing as mp
 import resource
 import time
 
-from nano_engine.replay import ReplayCache, replay_trace
-from nano_engine.traces import TOKENS_PER_ID, load_trace, parse_tokens, request_tokens
+from nano_engine.replay import ReplayCache
+from nano_engine.traces import TOKENS_PER_ID, load_trace, parse_tokens, replay_trace, request_tokens
 
 
 def token_pool_replay(trace, cache: str, capacity: int | None) -> float:

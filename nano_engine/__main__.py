@@ -110,7 +110,7 @@ def add_hitrate_command(subparsers) -> None:
         description="Without --trace: replay the chapter's four workloads against a radix tree and hashed blocks "
                     "of 16 and 64 tokens and print the hit rates. With --trace: replay Mooncake's production "
                     "trace ('conversation', 'synthetic' or a .jsonl[.gz] path) through the package's caches at "
-                    "each --capacity (see nano_engine.replay).")
+                    "each --capacity (see nano_engine.hitrate, nano_engine.replay).")
     p.add_argument("--seed", type=int, default=0, help="workload seed (0: the chapter's exact streams)")
     p.add_argument("--capacity", nargs="+", default=None, metavar="TOKENS",
                    help="bounded caches (LRU eviction) of these sizes in tokens: 4096, 1e6, or inf (unlimited, "
@@ -138,7 +138,7 @@ def add_hitrate_command(subparsers) -> None:
 
 def run_hitrate(args: argparse.Namespace) -> int:
     """``hitrate``: every option is checked (and the trace read) before the first replay."""
-    from nano_engine.replay import HitRateStudy
+    from nano_engine.hitrate import HitRateStudy
     from nano_engine.traces import parse_tokens
 
     HitRateStudy(trace=args.trace, caches=args.cache, block_size=args.block_size, requests=args.requests,

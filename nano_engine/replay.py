@@ -35,13 +35,9 @@ trace).
 
 from __future__ import annotations
 
-import json
-import math
-import sys
 from array import array
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from nano_engine.hiradix import LOAD_BACK_THRESHOLD, HiRadixCache
 from nano_engine.host_tier import WRITE_POLICIES, CopyEngine, HostKVPool
@@ -50,7 +46,6 @@ from nano_engine.paged import BlockPool, ceil_div
 from nano_engine.prefix_cache import PrefixCachingBlockPool
 from nano_engine.radix import SLOT, RadixCache
 from nano_engine.trace_pool import TraceBlockPool
-from nano_engine.traces import TOKENS_PER_ID, Trace, TraceRequest, check_block_size, request_tokens
 
 CACHES = ("radix", "hashed", "vllm")
 """``"radix"``: ``RadixCache``; ``"hashed"``: the chapter's ``PrefixCachingBlockPool``; ``"vllm"``: the
@@ -125,9 +120,9 @@ class ReplayCache:
             per request): an unlimited pool gets this many, and no pool (device or host) is built
             larger, since such a pool never evicts, whatever size was asked (so ``capacity_tokens
             =10**12`` costs no memory).
-        trace_ids: requests come from a trace (``serve_request``) and are replayed token by token:
-            the hashed pool is then :class:`~nano_engine.trace_pool.TraceBlockPool` (the same pool,
-            keyed by the trace's ids; ``serve`` of plain tokens is refused).
+        tokens_per_id: requests come as a trace's hash ids, each standing for this many tokens
+            (``serve_ids``), replayed token by token (``key_tokens=1``): the hashed pool is then
+            :class:`~nano_engine.trace_pool.TraceBlockPool`, the same pool keyed by the ids.
         host_capacity, write_policy, load_back_threshold, bytes_per_token: a host tier of
             ``host_capacity`` tokens under the device cache ("radix" with pages of one key, or
             "hashed"); ``write_policy`` one of ``host_tier.WRITE_POLICIES`` (the hashed pool has
@@ -141,7 +136,7 @@ class ReplayCache:
 
     def __init__(self, cache: str, capacity_tokens: int | None = None, *, block_size: int | None = None,
                  key_tokens: int = 1, oversized: str = "store_prefix", num_blocks: int | None = None,
-                 trace_ids: bool = False, host_capacity: int | None = None, write_policy: str = "write_through",
+                 tokens_per_id: int | None = None, host_capacity: int | None = None, write_policy: str = "write_through",
                  load_back_threshold: int = LOAD_BACK_THRESHOLD,
                  bytes_per_token: int = QWEN3_06B_BYTES_PER_TOKEN) -> None:
         if cache not in CACHES:
@@ -164,7 +159,7 @@ class ReplayCache:
         self.requests = self.rejected = self.input_tokens = self.hit_tokens = self.host_hit_tokens = 0
         if num_blocks is not None and (not isinstance(num_blocks, int) or num_blocks < 1):
             raise ValueError(f"num_blocks must be an int >= 1 or None, got {num_blocks!r}")
-        self.num_blocks = num_blocks
+        self.num_blocks, self.tokens_per_id = num_blocks, tokens_per_id
         if host_capacity is not None:
             self.side: _Side = self._tiered(load_back_threshold, bytes_per_token)
         elif cache == "radix":
@@ -173,8 +168,8 @@ class ReplayCache:
             blocks = self._built(self.capacity_blocks)
             if blocks is None:
                 raise ValueError(f"a {cache} pool is finite: give capacity_tokens, or num_blocks for an unlimited one")
-            if trace_ids and key_tokens == 1:
-                self.side = _TraceSide(blocks, block_size, vllm=cache == "vllm")
+            if tokens_per_id is not None and key_tokens == 1:
+                self.side = _TraceSide(blocks, block_size, vllm=cache == "vllm", tokens_per_id=tokens_per_id)
             else:
                 self.side = _Pool(blocks, block_size, vllm=cache == "vllm")
 
@@ -236,14 +231,19 @@ class ReplayCache:
         self.host_hit_tokens += host
         return device + host
 
-    def serve_request(self, request: TraceRequest) -> int | None:
-        """``serve`` one request of a trace, at this cache's granularity (``key_tokens`` 512: its
-        hash ids; 1: its tokens, ``traces.request_tokens``; the trace pool reads its ids)."""
-        if isinstance(self.side, _TraceSide):
-            return self.serve(_RequestTokens(request), request.input_length)
-        if self.key_tokens == TOKENS_PER_ID:
-            return self.serve(request_tokens(request), request.input_length)
-        return self.serve(request_tokens(request, self.block_size * self.key_tokens), request.input_length)
+    @property
+    def reads_ids(self) -> bool:
+        """Does this replay take a trace's requests as ids (``serve_ids``: its pool is a
+        :class:`~nano_engine.trace_pool.TraceBlockPool`)?"""
+        return isinstance(self.side, _TraceSide)
+
+    def serve_ids(self, hash_ids: Sequence[int], input_length: int) -> int | None:
+        """``serve`` a trace's request given by its hash ids, through the trace pool (built with
+        ``tokens_per_id``): the same loop, the pool reading the ids for the tokens."""
+        if not self.reads_ids:
+            raise TypeError("serve_ids needs a hashed or vllm replay built with tokens_per_id (a trace's ids, "
+                            "token by token)")
+        return self.serve(_IdTokens(hash_ids, input_length), input_length)
 
     def _fits(self, num_keys: int) -> int | None:
         """How many keys of a request of ``num_keys`` are stored (None: refused)."""
@@ -347,14 +347,14 @@ class _Pool(_Side):
         assert not held, f"blocks still referenced between requests: {held[:10]}"
 
 
-class _RequestTokens(Sequence[int]):
-    """A trace request standing in for its tokens, for :class:`TraceBlockPool` (which reads its ids)."""
+class _IdTokens(Sequence[int]):
+    """A trace request's hash ids standing in for its tokens: :class:`TraceBlockPool` reads the ids."""
 
-    def __init__(self, request: TraceRequest) -> None:
-        self.request = request
+    def __init__(self, hash_ids: Sequence[int], input_length: int) -> None:
+        self.hash_ids, self.input_length = hash_ids, input_length
 
     def __len__(self) -> int:
-        return self.request.input_length
+        return self.input_length
 
     def __getitem__(self, index):
         raise TypeError("a trace request's tokens are not made here: TraceBlockPool reads its hash ids")
@@ -364,14 +364,14 @@ class _TraceSide(_Side):
     """A trace's requests through :class:`~nano_engine.trace_pool.TraceBlockPool`: the same steps
     as :class:`_Pool` (lookup of all but the last token, every full block cached)."""
 
-    def __init__(self, num_blocks: int, block_size: int, *, vllm: bool) -> None:
-        self.pool = TraceBlockPool(num_blocks, block_size, vllm=vllm)
+    def __init__(self, num_blocks: int, block_size: int, *, vllm: bool, tokens_per_id: int) -> None:
+        self.pool = TraceBlockPool(num_blocks, block_size, vllm=vllm, tokens_per_id=tokens_per_id)
 
     def serve(self, tokens: Sequence[int], limit: int, store: int) -> tuple[int, int]:
-        if not isinstance(tokens, _RequestTokens):
-            raise TypeError("a trace pool replays trace requests: use ReplayCache.serve_request")
+        if not isinstance(tokens, _IdTokens):
+            raise TypeError("a trace pool replays a trace's ids: use ReplayCache.serve_ids")
         assert limit == len(tokens) - 1 and store == len(tokens), "a trace pool's replay refuses oversized requests"
-        return self.pool.serve(tokens.request), 0
+        return self.pool.serve(tokens.hash_ids, tokens.input_length), 0
 
     def check_no_leaks(self) -> None:
         self.pool.check_invariants()
@@ -472,47 +472,6 @@ class _TieredPool(_Side):
 # ---------------------------------------------------------------------------- traces and workloads
 
 
-def trace_replay(trace: Trace | None, cache: str, capacity_tokens: int | None, *,
-                 block_size: int = TOKENS_PER_ID, host_capacity: int | None = None,
-                 write_policy: str = "write_through") -> ReplayCache:
-    """A :class:`ReplayCache` for trace requests (``serve_request``) at ``block_size`` tokens a
-    block: 512 (one key per hash id, the paper's count) or a divisor of it (the request's tokens,
-    blocks and pages of that many; the hashed pool is then :class:`TraceBlockPool`). A request
-    larger than the cache is refused. An unlimited pool gets a block for every distinct block of
-    ``trace`` and one partial block per request, so it never evicts."""
-    if cache not in CACHES:
-        raise ValueError(f"cache must be one of {', '.join(CACHES)}, got {cache!r}")
-    check_block_size(block_size)
-    coarse = block_size == TOKENS_PER_ID
-    num_blocks = None if trace is None else trace.unique_ids * (TOKENS_PER_ID // block_size) + len(trace)
-    if capacity_tokens is None and cache != "radix" and num_blocks is None:
-        raise ValueError("an unlimited block pool is sized from the trace: pass trace=")
-    if host_capacity is not None and not coarse:
-        raise ValueError("a host tier is replayed at the trace's granularity: block size 512 only")
-    return ReplayCache(cache, capacity_tokens, block_size=1 if coarse else block_size,
-                       key_tokens=TOKENS_PER_ID if coarse else 1, oversized="reject", num_blocks=num_blocks,
-                       trace_ids=True, host_capacity=host_capacity, write_policy=write_policy)
-
-
-def replay_trace(trace: Trace, cache: str, capacity_tokens: int | None, *, block_size: int = TOKENS_PER_ID,
-                 host_capacity: int | None = None, write_policy: str = "write_through",
-                 progress: bool = False) -> ReplayResult:
-    """Replay ``trace`` through ``cache`` bounded to ``capacity_tokens`` (None: unlimited)."""
-    replay = trace_replay(trace, cache, capacity_tokens, block_size=block_size, host_capacity=host_capacity,
-                          write_policy=write_policy)
-    requests: Iterable[TraceRequest] = trace.requests
-    if progress:
-        from tqdm.auto import tqdm
-
-        size = "unlimited" if capacity_tokens is None else f"{capacity_tokens:,} tokens"
-        host = "" if host_capacity is None else f" + host {host_capacity:,}, {write_policy}"
-        requests = tqdm(requests, desc=f"{trace.name}, {cache}, {size}{host}", unit="req", leave=False,
-                        mininterval=1.0)
-    for request in requests:
-        replay.serve_request(request)
-    return replay.result(trace.name)
-
-
 def method_cache(method: str | int) -> tuple[str, int]:
     """A workload replay's ``method`` (``"radix"`` or a block size) as ``(cache, block_size)``."""
     if method == "radix":
@@ -546,219 +505,3 @@ def tier_hit_rate(workload: Sequence[Sequence[int]], method: str | int, capacity
     """Replay ``workload`` through a device cache of ``capacity`` tokens (``method``: ``"radix"`` or
     a block size) with a host tier of ``host_capacity`` tokens under it; the totals."""
     return replay_workload(workload, method, capacity, host_capacity=host_capacity, write_policy=write_policy)
-
-
-# ---------------------------------------------------------------------------- showing results
-
-
-def format_results(results: Sequence[ReplayResult]) -> str:
-    """One row per capacity, one column per cache: hit rates in percent."""
-    caches = list(dict.fromkeys(r.cache for r in results))
-    rows: dict[int | None, dict[str, ReplayResult]] = {}
-    for r in results:
-        rows.setdefault(r.capacity_tokens, {})[r.cache] = r
-    lines = [f"{'capacity (tokens)':>18s}" + "".join(f"{c:>10s}" for c in caches) + f"{'rejected':>10s}"]
-    for capacity in sorted(rows, key=lambda c: math.inf if c is None else c):
-        by_cache = rows[capacity]
-        label = "unlimited" if capacity is None else f"{capacity:,}"
-        cells = "".join(f"{by_cache[c].hit_rate:10.1%}" if c in by_cache else f"{'':10s}" for c in caches)
-        rejected = max(r.rejected for r in by_cache.values())
-        lines.append(f"{label:>18s}{cells}{rejected:10d}")
-    return "\n".join(lines)
-
-
-def plot_capacity_curves(results: Sequence[ReplayResult], path: str | None = None, *, ax=None,
-                         paper: bool = True):
-    """Hit rate against capacity, one line per (trace, cache); unlimited as a dotted level, and
-    (``paper``) the paper's Table 2 figure as a grey dashed one. Saved to ``path`` when given."""
-    import matplotlib
-    if path is not None and ax is None:
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from nano_engine.traces import PAPER_UNLIMITED_HIT_RATE
-
-    fig = None
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(6.4, 4))
-    groups: dict[tuple[str, str], list[ReplayResult]] = {}
-    for r in results:
-        groups.setdefault((r.trace, r.cache), []).append(r)
-    for (trace, cache), rs in groups.items():
-        bounded = sorted((r for r in rs if r.capacity_tokens is not None), key=lambda r: r.capacity_tokens or 0)
-        line, = ax.plot([r.capacity_tokens for r in bounded], [100 * r.hit_rate for r in bounded], marker="o",
-                        label=f"{trace}, {cache}")
-        for r in rs:
-            if r.capacity_tokens is None:
-                ax.axhline(100 * r.hit_rate, color=line.get_color(), linestyle=":", linewidth=1)
-    if paper:
-        for trace in dict.fromkeys(t for t, _ in groups):
-            if trace in PAPER_UNLIMITED_HIT_RATE:
-                level = 100 * PAPER_UNLIMITED_HIT_RATE[trace]
-                ax.axhline(level, color="grey", linestyle="--", linewidth=1)
-                ax.annotate(f"paper, {trace}: {level:.0f}%", (0.01, level + 1), xycoords=("axes fraction", "data"),
-                            fontsize=8, color="grey")
-    ax.set_xscale("log")
-    ax.set_xlabel("cache capacity (tokens)")
-    ax.set_ylabel("prefix hit rate (%)")
-    ax.set_ylim(0, 100)
-    ax.set_title("dotted: unlimited cache; dashed: Mooncake paper (Table 2)", fontsize=9)
-    ax.legend(fontsize=8)
-    if fig is not None:
-        fig.tight_layout()
-        if path is not None:
-            fig.savefig(path, dpi=120)
-    return fig if fig is not None else ax.figure
-
-
-# ---------------------------------------------------------------------------- the hitrate command
-
-PLOT_FORMATS = (".png", ".svg", ".pdf")
-
-
-@dataclass
-class HitRateStudy:
-    """What ``python -m nano_engine hitrate`` runs, every option checked when it is made (the
-    messages name the command's flags): the chapter's four workloads (``trace=None``: their table,
-    curves at ``capacities``, rows with a host tier) or a trace through ``caches`` at each capacity
-    (None: unlimited), with a host tier of each of ``host_capacities`` under them, or not.
-    :meth:`run` prints the report (JSON records with ``as_json``) and returns the results."""
-
-    trace: str | None = None
-    caches: Sequence[str] | None = None
-    capacities: Sequence[int | None] = ()
-    block_size: int = TOKENS_PER_ID
-    requests: int | None = None
-    host_capacities: Sequence[int | None] = ()
-    write_policies: Sequence[str] = ("write_through",)
-    seed: int = 0
-    as_json: bool = False
-    plot: str | None = None
-
-    def __post_init__(self) -> None:
-        hosts, trace = list(self.host_capacities), self.trace is not None
-        if self.plot is not None:
-            path = Path(self.plot)
-            if path.suffix.lower() not in PLOT_FORMATS:
-                raise ValueError(f"--plot {path}: the file name must end in one of {', '.join(PLOT_FORMATS)}")
-            if not path.parent.is_dir():
-                raise ValueError(f"--plot {path}: the folder {path.parent} does not exist")
-        if list(self.write_policies) != ["write_through"] and not hosts:
-            raise ValueError("--write-policy applies to a host tier only: add --host-capacity")
-        if None in hosts:
-            raise ValueError("--host-capacity inf: a host tier is finite (give a size in tokens, e.g. 6e6)")
-        if hosts and (not self.capacities or None in self.capacities):
-            raise ValueError("--host-capacity needs a finite --capacity (the device size under which the host tier sits)")
-        if not trace:
-            for option, given in (("--cache", self.caches), ("--json", self.as_json), ("--requests", self.requests),
-                                  ("--block-size", self.block_size != TOKENS_PER_ID)):
-                if given:
-                    raise ValueError(f"{option} applies to a trace replay only: add --trace conversation (or synthetic)")
-            if None in self.capacities:
-                raise ValueError("--capacity inf: the chapter's table is already the unlimited cache (inf is for --trace)")
-            return
-        check_block_size(self.block_size)
-        if self.requests is not None and self.requests < 1:
-            raise ValueError(f"--requests must be >= 1, got {self.requests}")
-        self.caches = list(dict.fromkeys(self.caches or ["hashed", "radix"]))
-        self.capacities = list(self.capacities) or [None]
-        for capacity in self.capacities:
-            if capacity is not None and capacity < self.block_size:
-                raise ValueError(f"--capacity {capacity}: holds no block of {self.block_size} tokens")
-        if hosts:
-            if self.block_size != TOKENS_PER_ID:
-                raise ValueError("--host-capacity with --trace replays at the trace's granularity: --block-size 512 only")
-            for cache in self.caches:
-                if cache not in ("radix", "hashed"):
-                    raise ValueError(f"--host-capacity: --cache {cache} has no host tier here (radix or hashed)")
-                if cache == "hashed" and "write_back" in self.write_policies:
-                    raise ValueError("--cache hashed has vLLM's policies only (write_through, write_through_selective)")
-            if self.plot:
-                raise ValueError("--plot with --host-capacity is not supported; use --json")
-
-    def run(self, out=print) -> list[ReplayResult]:
-        """Replay and print; the trace is read first, so a bad file fails before any replay."""
-        if self.trace is None:
-            return self._run_workloads(out)
-        from nano_engine.traces import load_trace
-
-        trace = load_trace(self.trace)
-        if self.requests is not None:
-            trace = trace[:self.requests]
-        results = []
-        for cache in self.caches or ():
-            for capacity in self.capacities:
-                result = replay_trace(trace, cache, capacity, block_size=self.block_size, progress=True)
-                if self.host_capacities:
-                    result = replace(result, host_capacity_tokens=0)   # the device-only row
-                results.append(result)
-                if self.as_json and not self.host_capacities:
-                    out(json.dumps(result.as_dict()))
-                for host in self.host_capacities:
-                    for policy in self.write_policies:
-                        results.append(replay_trace(trace, cache, capacity, host_capacity=host, write_policy=policy,
-                                                    progress=True))
-        if self.host_capacities:
-            for result in results:
-                out(json.dumps(result.as_dict()) if self.as_json else format_tier_row(result))
-        elif not self.as_json:
-            out(f"{trace.name}: {len(trace):,} requests, {trace.input_tokens:,} input tokens, "
-                f"blocks of {self.block_size} tokens; prefix hit rate:")
-            out(format_results(results))
-        if self.plot:
-            plot_capacity_curves(results, self.plot)
-            print(f"figure saved to {self.plot}", file=sys.stderr if self.as_json else sys.stdout)
-        return results
-
-    def _run_workloads(self, out) -> list[ReplayResult]:
-        from nano_engine.workloads import (
-            CHAPTER_METHODS,
-            capacity_curve,
-            chapter_workloads,
-            format_table,
-            hit_rate_table,
-            plot_hit_rates,
-        )
-
-        workloads = chapter_workloads(self.seed)
-        table = hit_rate_table(workloads)
-        out(format_table(table))
-        capacities = sorted(c for c in self.capacities if c is not None)
-        curves = None
-        if capacities:
-            curves = {name: {m: capacity_curve(w, m, capacities) for m in CHAPTER_METHODS}
-                      for name, w in workloads.items()}
-            out(f"\nbounded caches (LRU), hit rate at capacity {', '.join(map(str, capacities))} tokens:")
-            for name, by_method in curves.items():
-                for m, rates in by_method.items():
-                    label = f"{name}, {'radix' if m == 'radix' else f'block {m}'}"
-                    out(f"  {label:36s}" + "".join(f"{r:8.1%}" for r in rates))
-        results: list[ReplayResult] = []
-        if self.host_capacities:
-            out("\nwith a host tier (bytes at 112 KiB/token, Qwen3-0.6B bf16; a size model):")
-            for name, w in workloads.items():
-                for method in ("radix", 16):    # the chapter's tree and its hashed pool of 16-token blocks
-                    for capacity in capacities:
-                        device_only = replay_workload(w, method, capacity, name=name)
-                        results.append(replace(device_only, host_capacity_tokens=0))
-                        for host in self.host_capacities:
-                            for policy in self.write_policies:
-                                if method != "radix" and policy == "write_back":
-                                    continue
-                                results.append(replay_workload(w, method, capacity, host_capacity=host,
-                                                               write_policy=policy, name=name))
-            for result in results:
-                out(format_tier_row(result))
-        if self.plot:
-            plot_hit_rates(table, self.plot, curves=curves, capacities=capacities)
-            out(f"figure saved to {self.plot}")
-        return results
-
-
-def format_tier_row(r: ReplayResult) -> str:
-    """One row of a replay with a host tier (device-only rows have host capacity 0)."""
-    policy = r.write_policy or "device only"
-    capacity = "inf" if r.capacity_tokens is None else f"{r.capacity_tokens:,}"
-    return (f"{r.trace:22s} {r.cache:6s} C={capacity:<10s} H={r.host_capacity_tokens or 0:<10,d} {policy:24s} "
-            f"hit {r.hit_rate:6.1%} (device {r.device_hit_rate:6.1%}, host {r.host_hit_rate:6.1%})  "
-            f"written {r.bytes_written / 2**30:9.2f} GiB  loaded {r.bytes_loaded / 2**30:9.2f} GiB")

@@ -8,7 +8,7 @@ each with a ``DeprecationWarning``:
   ``(device hits, host hits)``, the new one returns their sum (``host_hit_tokens`` counts the host's);
 * ``TierReplayResult``: ``replay.ReplayResult``; ``tier_hit_rate``: ``replay.tier_hit_rate``;
 * ``replay_trace_tiered(trace, cache, capacity_tokens, host_capacity_tokens, write_policy)``:
-  ``replay.replay_trace(trace, cache, capacity_tokens, host_capacity=..., write_policy=...)``;
+  ``traces.replay_trace(trace, cache, capacity_tokens, host_capacity=..., write_policy=...)``;
 * ``QWEN3_06B_BYTES_PER_TOKEN``: ``replay.QWEN3_06B_BYTES_PER_TOKEN``.
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 
-from nano_engine import replay
+from nano_engine import replay, traces
 
 _MOVED = {"TierReplayResult": "ReplayResult", "tier_hit_rate": "tier_hit_rate",
           "QWEN3_06B_BYTES_PER_TOKEN": "QWEN3_06B_BYTES_PER_TOKEN"}
@@ -47,7 +47,7 @@ class _TierReplay(replay.ReplayCache):
 
 def _replay_trace_tiered(trace, cache: str, capacity_tokens: int, host_capacity_tokens: int,
                          write_policy: str = "write_through", *, progress: bool = False) -> dict:
-    return replay.replay_trace(trace, cache, capacity_tokens, host_capacity=host_capacity_tokens,
+    return traces.replay_trace(trace, cache, capacity_tokens, host_capacity=host_capacity_tokens,
                                write_policy=write_policy, progress=progress).as_dict()
 
 

@@ -30,20 +30,23 @@ after every request, the hit blocks (by id), the free queue's order and the cach
 
 from __future__ import annotations
 
-import numpy as np
+from collections.abc import Sequence
 
-from nano_engine.traces import TOKENS_PER_ID, TraceRequest, check_block_size
+import numpy as np
 
 
 class TraceBlockPool:
     """``PrefixCachingBlockPool(num_blocks, block_size, uncached_first=True)`` (or ``vllm=True``),
-    fed trace requests: see the module docstring. ``serve(request)`` returns the hit tokens."""
+    fed a trace's requests as ids (each standing for ``tokens_per_id`` tokens: see the module
+    docstring). ``serve(hash_ids, input_length)`` returns the hit tokens."""
 
-    def __init__(self, num_blocks: int, block_size: int, *, vllm: bool = False) -> None:
+    def __init__(self, num_blocks: int, block_size: int, *, vllm: bool = False, tokens_per_id: int = 512) -> None:
         if not isinstance(num_blocks, int) or num_blocks < 1:
             raise ValueError(f"num_blocks must be an int >= 1, got {num_blocks!r}")
-        self.num_blocks, self.block_size = num_blocks, check_block_size(block_size)
-        self.blocks_per_id = TOKENS_PER_ID // block_size
+        if not isinstance(block_size, int) or block_size < 1 or tokens_per_id % block_size:
+            raise ValueError(f"block_size must divide {tokens_per_id} (the tokens behind one hash id), got {block_size!r}")
+        self.num_blocks, self.block_size = num_blocks, block_size
+        self.blocks_per_id = tokens_per_id // block_size
         self.vllm = vllm
         self.prefix: dict[tuple[int, int], int] = {}            # (parent prefix or -1, id) -> prefix
         self.block_of = np.full(1024, -1, dtype=np.int64)        # key -> the block a lookup is served
@@ -56,10 +59,10 @@ class TraceBlockPool:
 
     # ------------------------------------------------------------------------ one request
 
-    def keys(self, request: TraceRequest) -> np.ndarray:
-        """The keys of ``request``'s full blocks, in order."""
+    def keys(self, hash_ids: Sequence[int], input_length: int) -> np.ndarray:
+        """The keys of the full blocks of a request of ``input_length`` tokens, in order."""
         parent, prefixes = -1, []
-        for h in request.hash_ids:
+        for h in hash_ids:
             parent = self.prefix.setdefault((parent, h), len(self.prefix))
             prefixes.append(parent)
         if len(self.prefix) * self.blocks_per_id > len(self.block_of):
@@ -67,14 +70,14 @@ class TraceBlockPool:
             grown[:len(self.block_of)] = self.block_of
             self.block_of = grown
         keys = np.asarray(prefixes, dtype=np.int64)[:, None] * self.blocks_per_id + np.arange(self.blocks_per_id)
-        return keys.ravel()[:request.input_length // self.block_size]
+        return keys.ravel()[:input_length // self.block_size]
 
-    def serve(self, request: TraceRequest) -> int:
+    def serve(self, hash_ids: Sequence[int], input_length: int) -> int:
         """lookup -> touch -> allocate (evicting) -> cache_blocks -> free; returns the hit tokens
         (blocks x block size). The caller rejects a request with more blocks than the pool."""
-        keys = self.keys(request)
-        num_blocks = -(-request.input_length // self.block_size)
-        hit = self.lookup(keys[:(request.input_length - 1) // self.block_size])
+        keys = self.keys(hash_ids, input_length)
+        num_blocks = -(-input_length // self.block_size)
+        hit = self.lookup(keys[:(input_length - 1) // self.block_size])
         self.pos[hit] = -1                                      # touch: out of the free queue
         fresh = self.allocate(num_blocks - len(hit))
         table = np.concatenate([hit, fresh])

@@ -49,13 +49,16 @@ import json
 import math
 import warnings
 import zlib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
+from nano_engine import replay as _replay
 from nano_engine.paged import ceil_div
+from nano_engine.replay import ReplayCache
 
 TOKENS_PER_ID = 512
 """Tokens behind one hash id in Mooncake's traces."""
@@ -260,9 +263,125 @@ def parse_tokens(text: str, option: str = "--capacity") -> int | None:
     return int(value)
 
 
+# ----------------------------------------------------------------------------- replay
+
+
+def trace_replay(trace: Trace | None, cache: str, capacity_tokens: int | None, *,
+                 block_size: int = TOKENS_PER_ID, host_capacity: int | None = None,
+                 write_policy: str = "write_through") -> ReplayCache:
+    """A :class:`~nano_engine.replay.ReplayCache` for this trace's requests (:func:`serve_request`)
+    at ``block_size`` tokens a block: 512 (one key per hash id, the paper's count) or a divisor of
+    it (the request's tokens, blocks and pages of that many; the hashed pool is then
+    :class:`~nano_engine.trace_pool.TraceBlockPool`, fed the ids). A request larger than the cache
+    is refused. An unlimited pool gets a block for every distinct block of ``trace`` and one
+    partial block per request, so it never evicts; no pool is built larger than that."""
+    if cache not in _replay.CACHES:
+        raise ValueError(f"cache must be one of {', '.join(_replay.CACHES)}, got {cache!r}")
+    check_block_size(block_size)
+    coarse = block_size == TOKENS_PER_ID
+    num_blocks = None if trace is None else trace.unique_ids * (TOKENS_PER_ID // block_size) + len(trace)
+    if capacity_tokens is None and cache != "radix" and num_blocks is None:
+        raise ValueError("an unlimited block pool is sized from the trace: pass trace=")
+    if host_capacity is not None and not coarse:
+        raise ValueError("a host tier is replayed at the trace's granularity: block size 512 only")
+    return ReplayCache(cache, capacity_tokens, block_size=1 if coarse else block_size,
+                       key_tokens=TOKENS_PER_ID if coarse else 1, oversized="reject", num_blocks=num_blocks,
+                       tokens_per_id=TOKENS_PER_ID, host_capacity=host_capacity, write_policy=write_policy)
+
+
+def serve_request(replay: ReplayCache, request: TraceRequest) -> int | None:
+    """One request of a trace through ``replay`` at its granularity: its hash ids (one key per
+    512 tokens), its tokens (:func:`request_tokens`), or its ids for a trace pool."""
+    if replay.key_tokens == TOKENS_PER_ID:
+        return replay.serve(request_tokens(request), request.input_length)
+    if replay.reads_ids:
+        return replay.serve_ids(request.hash_ids, request.input_length)
+    return replay.serve(request_tokens(request, replay.block_size), request.input_length)
+
+
+def replay_trace(trace: Trace, cache: str, capacity_tokens: int | None, *, block_size: int = TOKENS_PER_ID,
+                 host_capacity: int | None = None, write_policy: str = "write_through",
+                 progress: bool = False) -> _replay.ReplayResult:
+    """Replay ``trace`` through ``cache`` bounded to ``capacity_tokens`` (None: unlimited)."""
+    replay = trace_replay(trace, cache, capacity_tokens, block_size=block_size, host_capacity=host_capacity,
+                          write_policy=write_policy)
+    requests: Iterable[TraceRequest] = trace.requests
+    if progress:
+        from tqdm.auto import tqdm
+
+        size = "unlimited" if capacity_tokens is None else f"{capacity_tokens:,} tokens"
+        host = "" if host_capacity is None else f" + host {host_capacity:,}, {write_policy}"
+        requests = tqdm(requests, desc=f"{trace.name}, {cache}, {size}{host}", unit="req", leave=False,
+                        mininterval=1.0)
+    for request in requests:
+        serve_request(replay, request)
+    return replay.result(trace.name)
+
+
+# ----------------------------------------------------------------------------- showing results
+
+
+def format_results(results: Sequence[_replay.ReplayResult]) -> str:
+    """One row per capacity, one column per cache: hit rates in percent."""
+    caches = list(dict.fromkeys(r.cache for r in results))
+    rows: dict[int | None, dict[str, _replay.ReplayResult]] = {}
+    for r in results:
+        rows.setdefault(r.capacity_tokens, {})[r.cache] = r
+    lines = [f"{'capacity (tokens)':>18s}" + "".join(f"{c:>10s}" for c in caches) + f"{'rejected':>10s}"]
+    for capacity in sorted(rows, key=lambda c: math.inf if c is None else c):
+        by_cache = rows[capacity]
+        label = "unlimited" if capacity is None else f"{capacity:,}"
+        cells = "".join(f"{by_cache[c].hit_rate:10.1%}" if c in by_cache else f"{'':10s}" for c in caches)
+        rejected = max(r.rejected for r in by_cache.values())
+        lines.append(f"{label:>18s}{cells}{rejected:10d}")
+    return "\n".join(lines)
+
+
+def plot_capacity_curves(results: Sequence[_replay.ReplayResult], path: str | None = None, *, ax=None,
+                         paper: bool = True):
+    """Hit rate against capacity, one line per (trace, cache); unlimited as a dotted level, and
+    (``paper``) the paper's Table 2 figure as a grey dashed one. Saved to ``path`` when given."""
+    import matplotlib
+    if path is not None and ax is None:
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = None
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(6.4, 4))
+    groups: dict[tuple[str, str], list[_replay.ReplayResult]] = {}
+    for r in results:
+        groups.setdefault((r.trace, r.cache), []).append(r)
+    for (trace, cache), rs in groups.items():
+        bounded = sorted((r for r in rs if r.capacity_tokens is not None), key=lambda r: r.capacity_tokens or 0)
+        line, = ax.plot([r.capacity_tokens for r in bounded], [100 * r.hit_rate for r in bounded], marker="o",
+                        label=f"{trace}, {cache}")
+        for r in rs:
+            if r.capacity_tokens is None:
+                ax.axhline(100 * r.hit_rate, color=line.get_color(), linestyle=":", linewidth=1)
+    if paper:
+        for trace in dict.fromkeys(t for t, _ in groups):
+            if trace in PAPER_UNLIMITED_HIT_RATE:
+                level = 100 * PAPER_UNLIMITED_HIT_RATE[trace]
+                ax.axhline(level, color="grey", linestyle="--", linewidth=1)
+                ax.annotate(f"paper, {trace}: {level:.0f}%", (0.01, level + 1), xycoords=("axes fraction", "data"),
+                            fontsize=8, color="grey")
+    ax.set_xscale("log")
+    ax.set_xlabel("cache capacity (tokens)")
+    ax.set_ylabel("prefix hit rate (%)")
+    ax.set_ylim(0, 100)
+    ax.set_title("dotted: unlimited cache; dashed: Mooncake paper (Table 2)", fontsize=9)
+    ax.legend(fontsize=8)
+    if fig is not None:
+        fig.tight_layout()
+        if path is not None:
+            fig.savefig(path, dpi=120)
+    return fig if fig is not None else ax.figure
+
+
 # ----------------------------------------------------------------------------- moved names
 
-_MOVED = ("CACHES", "ReplayResult", "TraceReplay", "replay_trace", "format_results", "plot_capacity_curves")
+_MOVED = ("CACHES", "ReplayResult", "TraceReplay")
 
 
 def __getattr__(name: str):
@@ -270,12 +389,10 @@ def __getattr__(name: str):
     if name not in _MOVED:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     warnings.warn(f"nano_engine.traces.{name} moved to nano_engine.replay"
-                  + (" (replay.trace_replay(trace, cache, capacity_tokens, block_size=...), then "
-                     "serve_request(request))" if name == "TraceReplay" else "")
+                  + (".ReplayCache (traces.trace_replay(trace, cache, capacity_tokens, block_size=...), then "
+                     "traces.serve_request(replay, request))" if name == "TraceReplay" else "")
                   + "; the old name goes in the next release", DeprecationWarning, stacklevel=2)
-    from nano_engine import replay
-
-    return _TraceReplayOfTrace if name == "TraceReplay" else getattr(replay, name)
+    return _TraceReplayOfTrace if name == "TraceReplay" else getattr(_replay, name)
 
 
 class _TraceReplayOfTrace:
@@ -283,12 +400,10 @@ class _TraceReplayOfTrace:
 
     def __init__(self, cache: str, capacity_tokens: int | None, block_size: int = TOKENS_PER_ID, *,
                  trace: Trace | None = None) -> None:
-        from nano_engine.replay import trace_replay
-
         self._replay = trace_replay(trace, cache, capacity_tokens, block_size=block_size)
 
     def serve(self, request: TraceRequest) -> int | None:
-        return self._replay.serve_request(request)
+        return serve_request(self._replay, request)
 
     def __getattr__(self, name: str):
         if name == "_replay":

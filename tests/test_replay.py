@@ -6,6 +6,7 @@ import pytest
 
 from nano_engine import replay
 from nano_engine.replay import ReplayCache, replay_workload
+from nano_engine.traces import trace_replay
 from nano_engine.workloads import chapter_workloads, multi_tenant
 
 
@@ -37,9 +38,11 @@ def test_refusals():
         ReplayCache("vllm", 1000, host_capacity=1000)
     with pytest.raises(ValueError, match="pages of one key"):
         ReplayCache("radix", 1000, block_size=16, host_capacity=1000)
-    trace_side = replay.trace_replay(None, "hashed", 10**6, block_size=16)
-    with pytest.raises(TypeError, match="serve_request"):
+    trace_side = trace_replay(None, "hashed", 10**6, block_size=16)
+    with pytest.raises(TypeError, match="serve_ids"):
         trace_side.serve([1, 2, 3])
+    with pytest.raises(TypeError, match="tokens_per_id"):
+        ReplayCache("hashed", 10**6).serve_ids([1], 512)
 
 
 def test_an_oversized_request_is_stored_in_part_or_refused():

@@ -11,7 +11,9 @@ import json
 import pytest
 
 from nano_engine.__main__ import main
-from nano_engine.replay import HitRateStudy, ReplayCache, replay_trace, tier_hit_rate
+from nano_engine.hitrate import HitRateStudy
+from nano_engine.replay import ReplayCache, tier_hit_rate
+from nano_engine.traces import replay_trace
 from nano_engine.workloads import hit_rate, multi_tenant
 
 

@@ -37,10 +37,11 @@ def assert_same_pool(trace: Trace, num_blocks: int, vllm: bool) -> TraceBlockPoo
     for i, request in enumerate(trace):
         if ceil_div(request.input_length, 16) > num_blocks:
             continue
-        compact_hit = compact.lookup(compact.keys(request)[:(request.input_length - 1) // 16]).tolist()
+        keys = compact.keys(request.hash_ids, request.input_length)
+        compact_hit = compact.lookup(keys[:(request.input_length - 1) // 16]).tolist()
         hit = reference_serve(real, request)
         assert compact_hit == hit, f"request {i}: hit blocks {compact_hit[:8]} vs the pool's {hit[:8]}"
-        assert compact.serve(request) == 16 * len(hit), f"request {i}: hit tokens"
+        assert compact.serve(request.hash_ids, request.input_length) == 16 * len(hit), f"request {i}: hit tokens"
         assert compact.free_queue() == list(real.free_queue), f"request {i}: the free queue's order differs"
         cached = sum(len(group) for group in real.hash_to_blocks.values())
         assert compact.num_cached == cached, f"request {i}: {compact.num_cached} cached blocks vs {cached}"

@@ -7,8 +7,18 @@ from collections import OrderedDict
 import pytest
 
 from nano_engine.__main__ import main
-from nano_engine.replay import format_results, replay_trace, trace_replay
-from nano_engine.traces import TOKENS_PER_ID, Trace, TraceError, load_trace, parse_tokens, request_tokens
+from nano_engine.traces import (
+    TOKENS_PER_ID,
+    Trace,
+    TraceError,
+    format_results,
+    load_trace,
+    parse_tokens,
+    replay_trace,
+    request_tokens,
+    serve_request,
+    trace_replay,
+)
 
 SLICE = 300
 
@@ -226,7 +236,7 @@ def test_block_size_must_divide_512(trace):
 def test_unlimited_replay_equals_the_brute_force_count(trace, cache, block_size):
     replay = trace_replay(trace, cache, None, block_size=block_size)
     for r in trace:
-        replay.serve_request(r)
+        serve_request(replay, r)
     replay.check_no_leaks()
     result = replay.result(trace.name)
     assert result.hit_tokens == brute_force_unlimited(trace, block_size)
@@ -241,7 +251,7 @@ def test_bounded_pool_equals_a_brute_force_lru_and_vllm_mode_agrees(trace, capac
     for cache in ("hashed", "vllm"):
         replay = trace_replay(trace, cache, capacity)
         for r in trace:
-            replay.serve_request(r)
+            serve_request(replay, r)
             if replay.requests % 50 == 0:
                 replay.check_no_leaks()
         replay.check_no_leaks()
@@ -255,7 +265,7 @@ def test_bounded_replays_stay_consistent_and_within_capacity(trace, cache, block
     replay = trace_replay(trace[:120], cache, capacity, block_size=block_size)
     unlimited = replay_trace(trace[:120], cache, None, block_size=block_size)
     for i, r in enumerate(trace.requests[:120]):
-        replay.serve_request(r)
+        serve_request(replay, r)
         if i % 10 == 0:
             replay.check_no_leaks()
     replay.check_no_leaks()
@@ -270,7 +280,7 @@ def test_a_request_larger_than_the_cache_is_rejected_and_changes_nothing(trace, 
     assert too_big
     for r in trace:
         before = replay.hit_tokens
-        assert (replay.serve_request(r) is None) == (r in too_big)
+        assert (serve_request(replay, r) is None) == (r in too_big)
         if r in too_big:
             assert replay.hit_tokens == before
     replay.check_no_leaks()
@@ -303,7 +313,7 @@ def test_a_capacity_beyond_the_trace_builds_only_what_the_trace_can_fill(trace):
         blocks = huge.side.pool.num_blocks
         assert blocks <= needed, f"{blocks} blocks built for a trace that fills at most {needed}"
         for r in sub:
-            huge.serve_request(r)
+            serve_request(huge, r)
         assert huge.result().hit_tokens == replay_trace(sub, "hashed", None, block_size=block_size).hit_tokens
 
 
@@ -315,8 +325,9 @@ def test_old_names_still_work_with_a_warning(trace):
     for r in trace[:30]:
         old.serve(r)
     assert old.result(trace.name).hit_tokens == replay_trace(trace[:30], "hashed", 10**6).hit_tokens
-    with pytest.warns(DeprecationWarning):
-        assert traces_module.replay_trace is replay_trace
+    with pytest.warns(DeprecationWarning, match="moved to nano_engine.replay"):
+        from nano_engine.replay import ReplayResult
+        assert traces_module.ReplayResult is ReplayResult
 
 
 # ----------------------------------------------------------------------------- command line
