@@ -23,8 +23,8 @@ no hit (``"reject"``: an engine cannot run it).
 A trace (:func:`replay_trace`) is replayed at its own granularity (one key per 512-token hash id,
 ``key_tokens=512``), or token by token (``block_size=16``): then the hashed pool is
 :class:`~nano_engine.trace_pool.TraceBlockPool`, the same pool keyed by the trace's block
-identities instead of hashes (50 s and 4.7 GB become about 2 s and 0.4 GB on the conversation
-trace).
+identities instead of hashes (on the conversation trace, about a second of CPU per capacity and
+0.6 GB unlimited, where the token-fed pool took 45-60 s and 4.7 GB: ``benchmarks/README.md``).
 
 >>> cache = ReplayCache("radix")
 >>> cache.serve([1, 2, 3, 4]), cache.serve([1, 2, 3, 9]), cache.serve([1, 2, 3, 9])
