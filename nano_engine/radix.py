@@ -90,9 +90,9 @@ Beyond the chapter:
   it); ``insert`` converts the key once. ``match_prefix`` and ``evict`` return the slots as an
   ``Ints`` too (copied from the nodes' arrays: no Python int is made per token); it concatenates
   with a list, ``slots + [...]``, as a list would. Against the list-based tree this replaced:
-  about 14 bytes of memory per cached token instead of 77, and matching two to five times faster;
-  storing a mostly new request costs up to twice as much, since every token is read once to be
-  stored (``benchmarks/radix_lookup.py``, and beside SGLang's own tree ``benchmarks/README.md``).
+  about 14 bytes of memory per cached token instead of 77, and matching 1.4-2.6x faster where
+  prompts hit; storing a mostly new request costs up to twice as much, since every token is read
+  once to be stored (``benchmarks/radix_lookup.py``; beside SGLang's tree: ``benchmarks/README.md``).
 * Eviction candidates are kept between calls: a heap of ``(last_access, id, leaf)`` entries, one
   pushed whenever a leaf appears or is accessed, stale ones skipped when popped. ``evict`` then
   costs O(log n) per node it removes, not a walk over the tree (SGLang's ``RadixCache.evict``
