@@ -164,14 +164,14 @@ def test_hitrate_capacity_beyond_2_to_53_tokens_is_refused(capsys):
 
 
 def test_hitrate_capacity_1e12_runs_in_bounded_memory():
-    """In a child limited to 2 GiB of address space: the old replay asked for a pool of
-    62 billion blocks (MemoryError, or tens of GB where it fits)."""
+    """In a child limited to 6 GiB of address space (room for torch's libraries): the old replay
+    asked for a pool of 2 billion blocks (MemoryError, or tens of GB where it fits)."""
     import resource
     import subprocess
     import sys
 
     def limit():
-        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+        resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
 
     result = subprocess.run([sys.executable, "-m", "nano_engine", "hitrate", "--trace", "conversation", "--requests",
                              "50", "--cache", "hashed", "--capacity", "1e12", "--json"],
