@@ -1,211 +1,261 @@
-"""What a radix-tree lookup costs, with NumPy comparison and with the plain Python loop.
+"""The package's radix tree against the tree it replaced: compact runs against lists of Python ints.
 
-Three tables, every figure beside its baseline from the same run:
+``RadixCache`` keeps each node's key and KV slots as arrays of machine integers (``radix.Ints``: 8
+bytes a token, 4 a slot) and compares a prompt with an edge window by window in C, converting a
+prompt given as a list only as far as it is compared. The tree before (``ListRadixCache`` below,
+its logic as it was, trimmed of events and checks) kept Python lists: a pointer and a 32-byte int
+object per token and per slot, list equality to compare, a NumPy conversion of the whole remaining
+run where an edge disagreed, and ``match_prefix`` / ``evict`` built lists of slots.
 
-1. The comparison alone: ``common_len`` (NumPy) vs ``_common_len_reference`` (a Python loop) on
-   two token runs that differ only in their last token. The crossover sets ``NUMPY_MIN_RUN``.
-2. ``match_prefix`` and ``insert`` on a tree holding thousands of cached sequences, prompts of 1k
-   to 32k tokens. For each prompt length there are a few long shared documents, each followed by
-   many different 128-token questions; every query is a cached document plus a new question (a
-   hit of all but 128 tokens). Trees: the chapter's all-Python tree (``numpy_min_run=None``) and
-   the default one, fed the prompt as a list and as an int64 NumPy array. When
-   ``nano_engine.prefix_cache`` is present, the hashed-block ``PrefixCachingBlockPool.lookup``
-   (built-in hash) on the same prompts is the last column.
-3. Shorter prompts in practice: replaying the chapter's hit-rate workloads (match, then insert,
-   request after request; prompts of about 100 to 1,500 tokens) and 2,000 prompts of 5 to 32
-   tokens through both trees.
+Both replay the same request streams in one process, as an engine drives a tree: match the prompt,
+lock the match, evict what a pool of ``--capacity`` tokens lacks, insert prompt (and output), unlock.
+Each request's tokens are a fresh Python list, as ``Sequence.token_ids``. Printed per workload:
+CPU time per call of match, insert and evict (``time.process_time``, the best of ``--reps``
+alternating passes, gc off), and the memory the tree holds per cached token at the end of an
+unbounded replay (``tracemalloc``, in a pass of its own: the bytes still allocated since the
+replay began, so the int objects a tree keeps alive are counted), with the ratio new / old.
 
-    python benchmarks/radix_lookup.py [--groups 8] [--per-group 64] [--queries 20]
+    python benchmarks/radix_lookup.py [--reps 3] [--requests 400]
 
-Times are medians per call in microseconds (table 3: the fastest of 9 interleaved replays), wall
-clock, one process; on a busy machine, run it twice.
+Workloads: a shared system prompt (2,000 tokens, then 200-800 own tokens); multi-turn chats (40
+sessions of 8 turns, interleaved, each turn the previous prompt and answer plus a new message);
+long documents (8 documents of 16k tokens, each queried by different 128-token questions). Under pressure the pool holds a third of what
+the unbounded replay caches.
+Token ids are uniform over a 151,936-token vocabulary (not CPython's shared small ints).
 """
 
 import argparse
 import gc
-import random
-import statistics
+import heapq
+import itertools
 import time
-from collections.abc import Callable, Sequence
-from functools import partial
+import tracemalloc
 
 import numpy as np
 
-from nano_engine.radix import NUMPY_MIN_RUN, RadixCache, _common_len_reference, common_len
+from nano_engine.radix import RadixCache
 
-try:
-    from nano_engine.prefix_cache import PrefixCachingBlockPool
-except ImportError:  # the hashed-block chapter is not there yet: radix columns only
-    PrefixCachingBlockPool = None
-
-LENGTHS = (1024, 4096, 16384, 32768)
-QUESTION = 128  # tokens after the shared document: different in every sequence
-VOCAB = 151_936  # Qwen3's vocabulary size
+VOCAB = 151_936
 
 
-def median_us(fn: Callable[[object], object], inputs: Sequence[object], repeat: int = 1) -> float:
-    """Median wall time of ``fn(x)`` over ``inputs`` (each run ``repeat`` times), in microseconds."""
-    times = []
-    gc.disable()
-    try:
-        for _ in range(repeat):
-            for x in inputs:
-                start = time.perf_counter_ns()
-                fn(x)
-                times.append(time.perf_counter_ns() - start)
-    finally:
-        gc.enable()
-    return statistics.median(times) / 1000
+class _ListNode:
+    __slots__ = ("id", "key", "value", "parent", "children", "lock_ref", "last_access")
+
+    def __init__(self, key, value, parent, id):
+        self.id, self.key, self.value, self.parent = id, key, value, parent
+        self.children, self.lock_ref, self.last_access = {}, 0, 0
 
 
-def insert_into(tree: RadixCache, slots: Sequence[int] | np.ndarray, key: Sequence[int] | np.ndarray) -> object:
-    """``tree.insert(key, slots)`` with the tree and slots bound first (by ``partial``), timed per key."""
-    return tree.insert(key, slots)
+class ListRadixCache:
+    """The package's tree before compact runs (page size 1): lists of Python ints, list equality,
+    NumPy for the rest of a run that disagrees, a persistent heap of eviction candidates."""
+
+    def __init__(self):
+        self._ids, self._clock = itertools.count(), itertools.count(1)
+        self.root = _ListNode([], [], None, next(self._ids))
+        self.root.lock_ref = 1
+        self.evictable_size = self.protected_size = 0
+        self._heap, self._num_nodes = [], 1
+
+    def _agree(self, child, tokens, start):
+        n = min(len(child.key), len(tokens) - start)
+        run = tokens[start:start + n]
+        if n < 64:
+            return next((i for i, (x, y) in enumerate(zip(child.key, run)) if x != y), n)
+        if run == (child.key if n == len(child.key) else child.key[:n]):
+            return n
+        a, b = np.array(child.key[:n], dtype=np.int64), np.array(run, dtype=np.int64)
+        differs = a != b
+        first = int(differs.argmax())
+        return first if differs[first] else n
+
+    def _walk(self, tokens):
+        now = next(self._clock)
+        node, matched, path = self.root, 0, [self.root]
+        while matched < len(tokens):
+            child = node.children.get(tokens[matched])
+            if child is None:
+                break
+            n = self._agree(child, tokens, matched)
+            if n < len(child.key):
+                child = self._split(child, n)
+                child.last_access = now
+                path.append(child)
+                node, matched = child, matched + n
+                break
+            child.last_access = now
+            path.append(child)
+            node, matched = child, matched + n
+        if not node.children and node is not self.root:
+            heapq.heappush(self._heap, (node.last_access, node.id, node))
+        return path, matched, now
+
+    def _split(self, child, n):
+        front = _ListNode(child.key[:n], child.value[:n], child.parent, next(self._ids))
+        front.lock_ref, front.last_access = child.lock_ref, child.last_access
+        child.key, child.value, child.parent = child.key[n:], child.value[n:], front
+        front.parent.children[front.key[0]] = front
+        front.children[child.key[0]] = child
+        self._num_nodes += 1
+        return front
+
+    def match_prefix(self, key):
+        path, _, _ = self._walk(key)
+        value = []
+        for node in path[1:]:
+            value += node.value
+        return value, path[-1]
+
+    def insert(self, key, value):
+        path, matched, now = self._walk(key)
+        if matched < len(key):
+            new = _ListNode(key[matched:], value[matched:], path[-1], next(self._ids))
+            new.last_access = now
+            path[-1].children[new.key[0]] = new
+            self._num_nodes += 1
+            heapq.heappush(self._heap, (now, new.id, new))
+            self.evictable_size += len(new.key)
+        return matched
+
+    def inc_lock_ref(self, node):
+        while node is not self.root:
+            if node.lock_ref == 0:
+                self.evictable_size -= len(node.key)
+                self.protected_size += len(node.key)
+            node.lock_ref += 1
+            node = node.parent
+
+    def dec_lock_ref(self, node):
+        while node is not self.root:
+            node.lock_ref -= 1
+            if node.lock_ref == 0:
+                self.evictable_size += len(node.key)
+                self.protected_size -= len(node.key)
+            node = node.parent
+
+    def evict(self, num_tokens):
+        freed, locked = [], []
+        while self._heap and len(freed) < num_tokens:
+            entry = heapq.heappop(self._heap)
+            last_access, _, node = entry
+            if node.parent is None or node.children or node.last_access != last_access:
+                continue
+            if node.lock_ref:
+                locked.append(entry)
+                continue
+            parent = node.parent
+            del parent.children[node.key[0]]
+            node.parent = None
+            self._num_nodes -= 1
+            freed += node.value
+            self.evictable_size -= len(node.key)
+            if not parent.children and parent is not self.root:
+                heapq.heappush(self._heap, (parent.last_access, parent.id, parent))
+        for entry in locked:
+            heapq.heappush(self._heap, entry)
+        return freed
+
+    def total_size(self):
+        return self.evictable_size + self.protected_size
 
 
-def comparison_table() -> None:
-    print("1. common prefix of two runs differing in the last token, us per call")
-    print(f"{'tokens':>8} {'python loop':>12} {'numpy':>10} {'loop/numpy':>11}")
-    rng = random.Random(0)
-    for n in (4, 16, 32, 64, 128, 1024, 32768):
-        a = [rng.randrange(VOCAB) for _ in range(n)]
-        b = [int(str(t)) for t in a[:-1]] + [a[-1] + 1]  # equal values, distinct int objects
-        arr_a, arr_b = np.array(a, dtype=np.int64), np.array(b, dtype=np.int64)
-        assert common_len(arr_a, arr_b) == _common_len_reference(a, b) == n - 1
-        reps = max(3, 20_000 // n)
-        # The closures run before the loop moves on, so late binding (B023) cannot bite.
-        py = median_us(lambda _: _common_len_reference(a, b), range(reps))  # noqa: B023
-        vec = median_us(lambda _: common_len(arr_a, arr_b), range(reps))  # noqa: B023
-        print(f"{n:>8} {py:>12.2f} {vec:>10.2f} {py / vec:>10.1f}x")
-    print(f"(runs shorter than NUMPY_MIN_RUN = {NUMPY_MIN_RUN} use the loop)\n")
+# ------------------------------------------------------------------------------------ workloads
 
 
-def fresh_ints(tokens: Sequence[int]) -> list[int]:
-    """The same token ids as new int objects, as a tokenizer returns them. (Lists that share int
-    objects with the tree compare faster: list equality skips identical objects.)"""
-    return np.array(tokens, dtype=np.int64).tolist()
+def shared(rng, n):
+    system = rng.integers(0, VOCAB, 2000)
+    prompts = [np.concatenate([system, rng.integers(0, VOCAB, int(rng.integers(200, 801)))]) for _ in range(n)]
+    return prompts, prompts
 
 
-def build_workload(rng: random.Random, groups: int, per_group: int, queries: int):
-    """Cached sequences and fresh queries (as lists) for every prompt length."""
-    def tokens(n: int) -> list[int]:
-        return [rng.randrange(VOCAB) for _ in range(n)]
-
-    cached, fresh = [], {}
-    for length in LENGTHS:
-        documents = [tokens(length - QUESTION) for _ in range(groups)]
-        cached += [doc + tokens(QUESTION) for doc in documents for _ in range(per_group)]
-        # Separate query sets: timing match, insert from lists, insert from arrays.
-        fresh[length] = [[fresh_ints(documents[i % groups] + tokens(QUESTION))
-                          for i in range(queries)] for _ in range(3)]
-    rng.shuffle(cached)
-    return cached, fresh
+def multiturn(rng, n):
+    sessions = max(1, n // 8)
+    order = rng.permutation(np.repeat(np.arange(sessions), 8))
+    history, prompts, fulls = [np.zeros(0, np.int64) for _ in range(sessions)], [], []
+    for s in order:
+        p = np.concatenate([history[s], rng.integers(0, VOCAB, int(rng.integers(50, 401)))])
+        f = np.concatenate([p, rng.integers(0, VOCAB, int(rng.integers(50, 401)))])
+        prompts.append(p)
+        fulls.append(f)
+        history[s] = f
+    return prompts, fulls
 
 
-def hashed_pool(cached: list[list[int]], block_size: int):
-    """A PrefixCachingBlockPool holding ``cached`` the way an engine leaves it: every request
-    looked up, computed its misses into new blocks, registered them, and finished."""
-    num_blocks = sum(len(seq) for seq in cached) // block_size + 64
-    pool = PrefixCachingBlockPool(num_blocks, block_size)
-    for seq in cached:
-        hit = pool.lookup(seq)
-        pool.touch(hit)
-        table = hit + pool.allocate(len(seq) // block_size - len(hit))
-        pool.cache_blocks(seq, table, len(seq))
-        pool.free(table)
-    return pool
+def documents(rng, n):
+    docs = [rng.integers(0, VOCAB, 16384) for _ in range(8)]
+    prompts = [np.concatenate([docs[i % 8], rng.integers(0, VOCAB, 128)]) for i in range(max(n // 2, 16))]
+    return prompts, prompts
 
 
-def tree_table(groups: int, per_group: int, queries: int, block_size: int) -> None:
-    rng = random.Random(0)
-    cached, fresh = build_workload(rng, groups, per_group, queries)
-    total = sum(len(s) for s in cached)
-    start = time.perf_counter()
-    python_tree, numpy_tree = RadixCache(numpy_min_run=None), RadixCache()
-    for i, seq in enumerate(cached):
-        slots = list(range(i * 40_000, i * 40_000 + len(seq)))
-        python_tree.insert(seq, slots)
-        numpy_tree.insert(seq, slots)
-    pool = hashed_pool(cached, block_size) if PrefixCachingBlockPool is not None else None
-    print(f"2. a tree of {len(cached)} cached sequences ({total:,} tokens, "
-          f"{python_tree.total_size():,} distinct, {sum(1 for _ in numpy_tree.nodes())} nodes); "
-          f"built in {time.perf_counter() - start:.1f} s")
-
-    header = f"{'prompt':>7} {'python':>9} {'numpy':>9} {'numpy':>9}  {'py/np':>7} {'py/np':>7}"
-    units = f"{'tokens':>7} {'list':>9} {'list':>9} {'array':>9}  {'list':>7} {'array':>7}"
-    hashed_header = f" {f'hashed-{block_size}':>10} {'hash/np':>8}" if pool is not None else ""
-    hashed_units = f" {'list':>10} {'array':>8}" if pool is not None else ""
-    for title, timed in (("match_prefix", "match"), ("insert (a new 128-token leaf)", "insert")):
-        extra = timed == "match"
-        print(f"\n{title}, us per call (median)\n{header}{hashed_header * extra}\n"
-              f"{units}{hashed_units * extra}")
-        for length in LENGTHS:
-            match_q, insert_lists, insert_arrays = fresh[length]
-            if timed == "match":
-                arrays = [np.array(q, dtype=np.int64) for q in match_q]
-                for q in match_q:  # warm-up: builds the comparison arrays of the nodes walked
-                    numpy_tree.match_prefix(q)
-                    assert python_tree.match_prefix(q)[0] == numpy_tree.match_prefix(q)[0]
-                py = median_us(python_tree.match_prefix, match_q, repeat=3)
-                np_list = median_us(numpy_tree.match_prefix, match_q, repeat=3)
-                np_array = median_us(numpy_tree.match_prefix, arrays, repeat=3)
-            else:
-                slots = list(range(len(insert_lists[0])))
-                arrays = [np.array(q, dtype=np.int64) for q in insert_arrays]
-                slot_array = np.array(slots, dtype=np.int64)
-                py = median_us(partial(insert_into, python_tree, slots), insert_lists)
-                np_list = median_us(partial(insert_into, numpy_tree, slots), insert_lists)
-                np_array = median_us(partial(insert_into, numpy_tree, slot_array), arrays)
-            row = (f"{length:>7} {py:>9.1f} {np_list:>9.1f} {np_array:>9.1f}  "
-                   f"{py / np_list:>6.1f}x {py / np_array:>6.1f}x")
-            if pool is not None and timed == "match":
-                hashed = median_us(pool.lookup, match_q, repeat=3)
-                assert len(pool.lookup(match_q[0])) * block_size == length - QUESTION
-                row += f" {hashed:>10.1f} {hashed / np_array:>7.1f}x"
-            print(row)
-    if pool is None:
-        print("\n(nano_engine.prefix_cache is missing: no hashed-block column)")
-    print()
+WORKLOADS = {"shared system prompt": shared, "multi-turn": multiturn, "long documents": documents}
 
 
-def practice_table() -> None:
-    from nano_engine.workloads import chapter_workloads
-
-    print("3. the chapter's hit-rate workloads replayed (match_prefix, then insert, per request)")
-    print(f"{'workload':<22} {'requests':>8} {'tokens/req':>10} {'python ms':>10} "
-          f"{'numpy ms':>9} {'py/np':>6}")
-    rng = random.Random(0)
-    stems = [[rng.randrange(VOCAB) for _ in range(24)] for _ in range(20)]
-    short = [stem[:rng.randint(4, 24)] + [rng.randrange(VOCAB) for _ in range(rng.randint(1, 8))]
-             for stem in rng.choices(stems, k=2000)]
-    for name, workload in [*chapter_workloads(0).items(), ("short prompts (5-32)", short)]:
-        workload = [fresh_ints(req) for req in workload]
-
-        def replay(tree_args: dict, workload: list[list[int]] = workload) -> float:
-            tree = RadixCache(**tree_args)
-            start = time.perf_counter()
-            for req in workload:
-                tree.match_prefix(req[:-1])
-                tree.insert(req, list(range(len(req))))
-            return (time.perf_counter() - start) * 1000
-
-        runs = [(replay({"numpy_min_run": None}), replay({})) for _ in range(9)]  # interleaved
-        py, vec = min(r[0] for r in runs), min(r[1] for r in runs)
-        mean_len = sum(map(len, workload)) / len(workload)
-        print(f"{name:<22} {len(workload):>8} {mean_len:>10.0f} {py:>10.2f} {vec:>9.2f} "
-              f"{py / vec:>5.1f}x")
+def replay(make_tree, prompts, fulls, capacity, timed=True):
+    """One pass; returns (seconds per match, per insert, per evict call, tree, cached tokens)."""
+    tree, slots, t_match, t_insert, t_evict, n_evict = make_tree(), itertools.count(), 0.0, 0.0, 0.0, 0
+    clock = time.process_time if timed else (lambda: 0.0)
+    for p_arr, f_arr in zip(prompts, fulls):
+        prompt = p_arr.tolist()
+        full = prompt if f_arr is p_arr else f_arr.tolist()
+        t0 = clock()
+        hit, node = tree.match_prefix(prompt)
+        t_match += clock() - t0
+        tree.inc_lock_ref(node)
+        short = tree.total_size() + len(full) - len(hit) - capacity if capacity else 0
+        if short > 0:
+            t0 = clock()
+            tree.evict(short)
+            t_evict += clock() - t0
+            n_evict += 1
+        value = list(hit) + [next(slots) for _ in range(len(full) - len(hit))]
+        t0 = clock()
+        tree.insert(full, value)
+        t_insert += clock() - t0
+        tree.dec_lock_ref(node)
+    n = len(prompts)
+    return t_match / n, t_insert / n, (t_evict / n_evict if n_evict else float("nan")), tree, tree.total_size()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--groups", type=int, default=8, help="shared documents per prompt length")
-    parser.add_argument("--per-group", type=int, default=64, help="cached questions per document")
-    parser.add_argument("--queries", type=int, default=20, help="timed prompts per length")
-    parser.add_argument("--block-size", type=int, default=16, help="hashed-block column")
-    args = parser.parse_args()
-    comparison_table()
-    tree_table(args.groups, args.per_group, args.queries, args.block_size)
-    practice_table()
+def bytes_per_token(make_tree, prompts, fulls):
+    gc.collect()
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    _, _, _, tree, cached = replay(make_tree, prompts, fulls, None, timed=False)
+    gc.collect()
+    held = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    del tree
+    return held / cached
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--requests", type=int, default=400)
+    args = ap.parse_args()
+    trees = {"new": RadixCache, "old": ListRadixCache}
+    print(f"CPU us per call, best of {args.reps} alternating passes; memory: bytes held per cached token\n")
+    print(f"{'workload':22s}{'capacity':>10s}{'op':>8s}{'new':>10s}{'old':>10s}{'new/old':>9s}")
+    for name, make in WORKLOADS.items():
+        prompts, fulls = make(np.random.default_rng(0), args.requests)
+        unbounded = replay(RadixCache, prompts, fulls, None, timed=False)[4]
+        for capacity in (None, unbounded // 3):     # a third of what the replay caches: evictions
+            best = {side: [float("inf")] * 3 for side in trees}
+            for rep in range(args.reps):
+                for side in (("new", "old") if rep % 2 == 0 else ("old", "new")):
+                    gc.collect()
+                    gc.disable()
+                    times = replay(trees[side], prompts, fulls, capacity)[:3]
+                    gc.enable()
+                    best[side] = [min(a, b) if b == b else a for a, b in zip(best[side], times)]
+            for i, op in enumerate(("match", "insert", "evict")):
+                new, old = best["new"][i], best["old"][i]
+                if new == float("inf"):
+                    continue
+                label = "unbounded" if capacity is None else f"{capacity:,}"
+                print(f"{name:22s}{label:>10s}{op:>8s}{new * 1e6:10.1f}{old * 1e6:10.1f}{new / old:9.2f}", flush=True)
+        new_b, old_b = (bytes_per_token(trees[s], prompts, fulls) for s in ("new", "old"))
+        print(f"{name:22s}{'unbounded':>10s}{'memory':>8s}{new_b:10.1f}{old_b:10.1f}{new_b / old_b:9.2f}\n", flush=True)
 
 
 if __name__ == "__main__":

@@ -52,7 +52,10 @@ one exception happens only when asked for: the engine's imports of ``fast/`` (a 
   beyond one engine (chapters 04 and 05)
     workloads.py       request streams with shared prefixes, and the hit rate a cache gets on them
     traces.py          real traffic: Mooncake's production request traces, replayed through the caches
-    tier_replay.py     a device cache plus a host tier replayed on token streams and traces: hits, bytes moved
+    replay.py          the one replay core: any cache (and a host tier) fed whole requests, hits counted one way
+    trace_pool.py      the hashed pool keyed by a trace's ids: the token-level trace replay in seconds, not minutes
+    hitrate.py         the ``hitrate`` command's study: options checked once, the replays, the report
+    tier_replay.py     moved to replay.py (its old names work for one more release, with a warning)
     timing.py          chapter 02's six-request reuse experiment timed: cache off vs on, TTFT and wall time
 
   routing requests over several engines (chapters 05 and 07)

@@ -110,7 +110,7 @@ def add_hitrate_command(subparsers) -> None:
         description="Without --trace: replay the chapter's four workloads against a radix tree and hashed blocks "
                     "of 16 and 64 tokens and print the hit rates. With --trace: replay Mooncake's production "
                     "trace ('conversation', 'synthetic' or a .jsonl[.gz] path) through the package's caches at "
-                    "each --capacity (see nano_engine.traces).")
+                    "each --capacity (see nano_engine.hitrate, nano_engine.replay).")
     p.add_argument("--seed", type=int, default=0, help="workload seed (0: the chapter's exact streams)")
     p.add_argument("--capacity", nargs="+", default=None, metavar="TOKENS",
                    help="bounded caches (LRU eviction) of these sizes in tokens: 4096, 1e6, or inf (unlimited, "
@@ -126,204 +126,26 @@ def add_hitrate_command(subparsers) -> None:
                             "512 tokens per id in blocks / radix pages of 16, as an engine sees it")
     trace.add_argument("--requests", type=int, default=None, metavar="N", help="replay only the first N requests")
     trace.add_argument("--json", action="store_true", help="print one JSON object per cache and capacity")
-    add_host_tier_options(p)
+    tier = p.add_argument_group("a host-memory tier (chapter 06)")
+    tier.add_argument("--host-capacity", nargs="+", default=None, metavar="TOKENS",
+                      help="add a host-memory tier of these sizes (4096, 6e6) under each --capacity; with --trace: "
+                           "--cache radix or hashed")
+    tier.add_argument("--write-policy", nargs="+", default=["write_through"],
+                      choices=["write_through", "write_through_selective", "write_back"],
+                      help="when the host tier is written (with --host-capacity; the hashed cache has no write_back)")
     p.set_defaults(handler=run_hitrate)
 
 
-# -- hitrate with a host tier (chapter 06): its own options and its own block ------------------------
-
-def add_host_tier_options(p) -> None:
-    p.add_argument("--host-capacity", nargs="+", default=None, metavar="TOKENS",
-                   help="add a host-memory tier of these sizes (4096, 6e6) under each --capacity "
-                        "(nano_engine.tier_replay); with --trace: --cache radix or hashed")
-    p.add_argument("--write-policy", nargs="+", default=["write_through"],
-                   choices=["write_through", "write_through_selective", "write_back"],
-                   help="when the host tier is written (with --host-capacity; the hashed cache has no write_back)")
-
-
-def host_capacities(args: argparse.Namespace) -> list[int] | None:
-    """``--host-capacity`` as token counts (traces.parse_tokens), checked with its companions."""
-    from nano_engine.traces import parse_tokens
-
-    if not args.host_capacity:
-        if args.write_policy != ["write_through"]:
-            raise ValueError("--write-policy applies to a host tier only: add --host-capacity")
-        return None
-    sizes = [parse_tokens(text, "--host-capacity") for text in args.host_capacity]
-    if None in sizes:
-        raise ValueError("--host-capacity inf: a host tier is finite (give a size in tokens, e.g. 6e6)")
-    if not args.capacity or None in [parse_tokens(t) for t in args.capacity]:
-        raise ValueError("--host-capacity needs a finite --capacity (the device size under which the host tier sits)")
-    return [s for s in sizes if s is not None]
-
-
-def run_host_tier_hitrate(args: argparse.Namespace, workloads: dict, capacities: list[int]) -> list[dict]:
-    """One row per workload x cache x capacity x host capacity x write policy: the device-only
-    figures (host capacity 0) and the tiered ones, ``hit_rate`` counting device and host hits."""
-    import json
-
-    from nano_engine.tier_replay import tier_hit_rate
-    from nano_engine.workloads import hit_rate
-
-    methods: list[str | int] = ["radix", 16]   # the chapter's tree and its hashed pool of 16-token blocks
-    rows = []
-    print("\nwith a host tier (bytes at 112 KiB/token, Qwen3-0.6B bf16; a size model):")
-    for name, w in workloads.items():
-        for m in methods:
-            for c in capacities:
-                rows.append({"workload": name, "cache": "radix" if m == "radix" else "hashed", "capacity_tokens": c,
-                             "host_capacity_tokens": 0, "hit_rate": hit_rate(w, m, c), "device_hit_rate": None,
-                             "host_hit_rate": 0.0, "bytes_written": 0, "bytes_loaded": 0, "write_policy": None})
-                for h in args.host_capacity:
-                    for policy in args.write_policy:
-                        if m != "radix" and policy == "write_back":
-                            continue
-                        r = tier_hit_rate(w, m, c, h, policy).as_dict()
-                        rows.append({"workload": name, "cache": rows[-1]["cache"], **r})
-    for row in rows:
-        if getattr(args, "json", None):
-            print(json.dumps(row))
-            continue
-        policy = row["write_policy"] or "device only"
-        print(f"  {row['workload']:22s} {row['cache']:6s} C={row['capacity_tokens']:<8d} "
-              f"H={row['host_capacity_tokens']:<8d} {policy:24s} hit {row['hit_rate']:6.1%}  "
-              f"host {row['host_hit_rate']:6.1%}  written {row['bytes_written'] / 2**30:8.2f} GiB  "
-              f"loaded {row['bytes_loaded'] / 2**30:8.2f} GiB")
-    return rows
-
-
 def run_hitrate(args: argparse.Namespace) -> int:
+    """``hitrate``: every option is checked (and the trace read) before the first replay."""
+    from nano_engine.hitrate import HitRateStudy
     from nano_engine.traces import parse_tokens
 
-    capacities = [parse_tokens(text, "--capacity") for text in args.capacity or []]
-    if args.plot:
-        check_plot_path(Path(args.plot))
-    args.host_capacity = host_capacities(args)
-    if args.trace is not None:
-        return run_trace_hitrate(args, capacities or [None])
-    for option, given in (("--cache", args.cache), ("--json", args.json), ("--requests", args.requests),
-                          ("--block-size", args.block_size != 512)):
-        if given:
-            raise ValueError(f"{option} applies to a trace replay only: add --trace conversation (or synthetic)")
-    if None in capacities:
-        raise ValueError("--capacity inf: the chapter's table is already the unlimited cache (inf is for --trace)")
-    return run_chapter_hitrate(args, [c for c in capacities if c is not None])
-
-
-def run_chapter_hitrate(args: argparse.Namespace, capacities: list[int]) -> int:
-    from nano_engine.workloads import (
-        CHAPTER_METHODS,
-        capacity_curve,
-        chapter_workloads,
-        format_table,
-        hit_rate_table,
-        plot_hit_rates,
-    )
-
-    workloads = chapter_workloads(args.seed)
-    table = hit_rate_table(workloads)
-    print(format_table(table))
-    curves = None
-    capacities = sorted(capacities)
-    if capacities:
-        curves = {name: {m: capacity_curve(w, m, capacities) for m in CHAPTER_METHODS}
-                  for name, w in workloads.items()}
-        print(f"\nbounded caches (LRU), hit rate at capacity {', '.join(map(str, capacities))} tokens:")
-        for name, by_method in curves.items():
-            for m, rates in by_method.items():
-                label = f"{name}, {'radix' if m == 'radix' else f'block {m}'}"
-                print(f"  {label:36s}" + "".join(f"{r:8.1%}" for r in rates))
-    if args.host_capacity:
-        run_host_tier_hitrate(args, workloads, capacities)
-    if args.plot:
-        plot_hit_rates(table, args.plot, curves=curves, capacities=capacities)
-        print(f"figure saved to {args.plot}")
+    HitRateStudy(trace=args.trace, caches=args.cache, block_size=args.block_size, requests=args.requests,
+                 capacities=[parse_tokens(text, "--capacity") for text in args.capacity or []],
+                 host_capacities=[parse_tokens(text, "--host-capacity") for text in args.host_capacity or []],
+                 write_policies=args.write_policy, seed=args.seed, as_json=args.json, plot=args.plot).run()
     return 0
-
-
-def run_trace_hitrate(args: argparse.Namespace, capacities: list[int | None]) -> int:
-    """``hitrate --trace``: every option is checked (and the trace read) before the first replay."""
-    import json
-
-    from nano_engine.traces import check_block_size, format_results, load_trace, plot_capacity_curves, replay_trace
-
-    check_block_size(args.block_size)
-    if args.requests is not None and args.requests < 1:
-        raise ValueError(f"--requests must be >= 1, got {args.requests}")
-    trace = load_trace(args.trace)
-    if args.requests is not None:
-        trace = trace[:args.requests]
-    caches = list(dict.fromkeys(args.cache or ["hashed", "radix"]))
-    for capacity in capacities:
-        if capacity is not None and capacity < args.block_size:
-            raise ValueError(f"--capacity {capacity}: holds no block of {args.block_size} tokens")
-    if args.host_capacity:
-        return run_trace_host_tier(args, trace, caches, capacities)
-    results = []
-    for cache in caches:
-        for capacity in capacities:
-            result = replay_trace(trace, cache, capacity, block_size=args.block_size, progress=True)
-            results.append(result)
-            if args.json:
-                print(json.dumps(result.as_dict()), flush=True)
-    if not args.json:
-        print(f"{trace.name}: {len(trace):,} requests, {trace.input_tokens:,} input tokens, "
-              f"blocks of {args.block_size} tokens; prefix hit rate:")
-        print(format_results(results))
-    if args.plot:
-        plot_capacity_curves(results, args.plot)
-        print(f"figure saved to {args.plot}", file=sys.stderr if args.json else sys.stdout)
-    return 0
-
-
-def run_trace_host_tier(args: argparse.Namespace, trace, caches: list[str], capacities: list) -> int:
-    """``hitrate --trace --host-capacity``: per cache and device capacity, the device-only replay
-    (``traces.replay_trace``, host_capacity_tokens 0), then each host capacity x write policy
-    (``tier_replay.replay_trace_tiered``); ``hit_rate`` counts device and host hits."""
-    import json
-
-    from nano_engine.tier_replay import replay_trace_tiered
-    from nano_engine.traces import replay_trace
-
-    if args.block_size != 512:
-        raise ValueError("--host-capacity with --trace replays at the trace's granularity: --block-size 512 only")
-    for cache in caches:
-        if cache not in ("radix", "hashed"):
-            raise ValueError(f"--host-capacity: --cache {cache} has no host tier here (radix or hashed)")
-        if cache == "hashed" and "write_back" in args.write_policy:
-            raise ValueError("--cache hashed has vLLM's policies only (write_through, write_through_selective)")
-    if args.plot:
-        raise ValueError("--plot with --host-capacity is not supported; use --json")
-    rows = []
-    for cache in caches:
-        for capacity in capacities:
-            base = replay_trace(trace, cache, capacity, block_size=args.block_size, progress=True).as_dict()
-            base.update(host_capacity_tokens=0, write_policy=None, device_hit_rate=base["hit_rate"],
-                        host_hit_rate=0.0, bytes_written=0, bytes_loaded=0)
-            rows.append(base)
-            for host in args.host_capacity:
-                for policy in args.write_policy:
-                    rows.append(replay_trace_tiered(trace, cache, capacity, host, policy, progress=True))
-    for row in rows:
-        if args.json:
-            print(json.dumps(row), flush=True)
-        else:
-            policy = row["write_policy"] or "device only"
-            print(f"{row['cache']:6s} C={row['capacity_tokens']:<10,d} H={row['host_capacity_tokens']:<10,d} "
-                  f"{policy:24s} hit {row['hit_rate']:6.1%} (device {row['device_hit_rate']:6.1%}, "
-                  f"host {row['host_hit_rate']:6.1%})  written {row['bytes_written'] / 2**30:9.1f} GiB  "
-                  f"loaded {row['bytes_loaded'] / 2**30:9.1f} GiB")
-    return 0
-
-
-PLOT_FORMATS = (".png", ".svg", ".pdf")
-
-
-def check_plot_path(path: Path) -> None:
-    if path.suffix.lower() not in PLOT_FORMATS:
-        raise ValueError(f"--plot {path}: the file name must end in one of {', '.join(PLOT_FORMATS)}")
-    if not path.parent.is_dir():
-        raise ValueError(f"--plot {path}: the folder {path.parent} does not exist")
 
 
 def add_cluster_command(subparsers) -> None:

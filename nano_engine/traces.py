@@ -32,12 +32,14 @@ a prefix repeats. The token-level replay then differs from the 512-token one onl
 differs from the paper's count: a partial block is never cached, and the last prompt token is
 always recomputed (a cache serves at most ``input_length - 1`` tokens, in whole blocks).
 
-**Replay** (:func:`replay_trace`, :class:`TraceReplay`): requests in file order, one at a time,
-through the real classes: ``PrefixCachingBlockPool`` (``"hashed"``: the chapter's pool;
-``"vllm"``: its vLLM mode) or ``RadixCache`` (``"radix"``). Each request: look up its prefix, take
-the hits, allocate the rest (evicting least recently used), cache it all, release it (last block
-first). A request larger than the whole cache is counted in ``rejected`` (with no hit) and leaves
-the cache untouched.
+**Replay**: :func:`nano_engine.replay.replay_trace` sends the requests, in file order, through the
+package's real caches (the one replay core of :mod:`nano_engine.replay`). A request larger than
+the whole cache is counted in ``rejected`` (with no hit) and leaves the cache untouched.
+
+**What a file may hold** (:func:`load_trace` refuses anything else, naming the file and line):
+lengths are integers in ``0 .. 2**31 - 1``, a timestamp a finite number of milliseconds, each hash
+id an integer in ``0 .. 2**64 - 1`` (the 64-bit ids that ``request_tokens`` scatters), one per
+512 tokens.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import warnings
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -53,9 +56,9 @@ from pathlib import Path
 
 import numpy as np
 
+from nano_engine import replay as _replay
 from nano_engine.paged import ceil_div
-from nano_engine.prefix_cache import PrefixCachingBlockPool
-from nano_engine.radix import RadixCache
+from nano_engine.replay import ReplayCache
 
 TOKENS_PER_ID = 512
 """Tokens behind one hash id in Mooncake's traces."""
@@ -63,9 +66,15 @@ TOKENS_PER_ID = 512
 TRACES = {"conversation": "conversation_trace.jsonl.gz", "synthetic": "synthetic_trace.jsonl.gz"}
 """The traces shipped with the package, by name."""
 
-CACHES = ("hashed", "vllm", "radix")
-"""``"hashed"``: the chapter's ``PrefixCachingBlockPool``; ``"vllm"``: the same in vLLM mode;
-``"radix"``: ``RadixCache``."""
+MAX_LENGTH = 2**31 - 1
+"""Longest request (``input_length``, ``output_length``) a trace file may give, in tokens."""
+
+MAX_HASH_ID = 2**64 - 1
+"""Largest hash id a trace file may give (``request_tokens`` works on 64-bit ids)."""
+
+MAX_TOKENS = 2**53
+"""Largest size a command line accepts in tokens (``parse_tokens``): beyond it a float is no longer
+exact, and no cache of that size is meant."""
 
 PAPER_UNLIMITED_HIT_RATE = {"conversation": 0.40, "synthetic": 0.66}
 """Mooncake (FAST'25), Table 2: the prefix-cache ratio of each workload with an unlimited cache."""
@@ -161,6 +170,10 @@ def _parse_request(line: str, path: Path, line_no: int) -> TraceRequest:
         row = json.loads(line)
     except json.JSONDecodeError as error:
         raise fail(f"not JSON ({error.msg} at column {error.colno})") from None
+    except RecursionError:
+        raise fail("not JSON this package reads: nested too deeply") from None
+    except ValueError as error:           # e.g. an integer of more than 4,300 digits
+        raise fail(f"not JSON this package reads ({' '.join(str(error).split()[:8])} ...)") from None
     if not isinstance(row, dict):
         raise fail(f"expected a JSON object, got {type(row).__name__}")
     for key in ("timestamp", "input_length", "output_length", "hash_ids"):
@@ -168,20 +181,35 @@ def _parse_request(line: str, path: Path, line_no: int) -> TraceRequest:
             raise fail(f"the request has no {key!r}")
     for key in ("input_length", "output_length"):
         value = row[key]
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise fail(f"{key} must be an integer >= 0, got {value!r}")
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_LENGTH:
+            raise fail(f"{key} must be an integer in 0..2**31-1, got {_short(value)}")
     if row["input_length"] == 0:
         raise fail("input_length is 0: a request has at least one prompt token")
     timestamp = row["timestamp"]
-    if not isinstance(timestamp, (int, float)) or isinstance(timestamp, bool) or not math.isfinite(timestamp):
-        raise fail(f"timestamp must be a number, got {timestamp!r}")
+    if not isinstance(timestamp, (int, float)) or isinstance(timestamp, bool):
+        raise fail(f"timestamp must be a number, got {_short(timestamp)}")
+    try:
+        timestamp = float(timestamp)
+    except OverflowError:
+        raise fail(f"timestamp must be a finite number of milliseconds, got {_short(timestamp)}") from None
+    if not math.isfinite(timestamp):
+        raise fail(f"timestamp must be a finite number of milliseconds, got {_short(timestamp)}")
     ids = row["hash_ids"]
-    if not isinstance(ids, list) or not all(isinstance(h, int) and not isinstance(h, bool) and h >= 0 for h in ids):
-        raise fail("hash_ids must be a list of integers >= 0")
+    if not isinstance(ids, list) or not all(isinstance(h, int) and not isinstance(h, bool) and 0 <= h <= MAX_HASH_ID
+                                            for h in ids):
+        raise fail("hash_ids must be a list of integers in 0..2**64-1")
     if len(ids) != ceil_div(row["input_length"], TOKENS_PER_ID):
         raise fail(f"{len(ids)} hash_ids for input_length {row['input_length']}: expected "
                    f"{ceil_div(row['input_length'], TOKENS_PER_ID)} (one per {TOKENS_PER_ID} tokens)")
     return TraceRequest(timestamp, row["input_length"], row["output_length"], tuple(ids))
+
+
+def _short(value: object) -> str:
+    """A value for an error message, a huge one by its size (a 400-digit number is no help)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**20:
+        return f"an integer of {len(str(abs(value)))} digits"
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
 
 
 # ----------------------------------------------------------------------------- ids -> tokens
@@ -218,164 +246,6 @@ def request_tokens(request: TraceRequest, block_size: int = TOKENS_PER_ID) -> li
     return groups.astype("<u8", copy=False).view(np.uint8).reshape(-1)[:request.input_length].tolist()
 
 
-# ----------------------------------------------------------------------------- replay
-
-
-@dataclass(frozen=True)
-class ReplayResult:
-    """One replay of a trace through one cache at one capacity.
-
-    ``capacity_tokens`` is None for an unlimited cache. ``input_tokens`` counts every request,
-    rejected ones included (they hit nothing), so ``hit_rate`` is over all the traffic.
-    """
-
-    trace: str
-    cache: str
-    block_size: int
-    capacity_tokens: int | None
-    requests: int
-    rejected: int
-    input_tokens: int
-    hit_tokens: int
-
-    @property
-    def hit_rate(self) -> float:
-        return self.hit_tokens / self.input_tokens if self.input_tokens else 0.0
-
-    def as_dict(self) -> dict:
-        """The JSON record (``capacity_tokens`` null = unlimited)."""
-        return {"trace": self.trace, "cache": self.cache, "block_size": self.block_size,
-                "capacity_tokens": self.capacity_tokens, "hit_rate": round(self.hit_rate, 6),
-                "hit_tokens": self.hit_tokens, "input_tokens": self.input_tokens,
-                "requests": self.requests, "rejected": self.rejected}
-
-
-class TraceReplay:
-    """One of the package's caches, fed trace requests one at a time (no model: only the keys).
-
-    ``cache``: one of :data:`CACHES`. ``capacity_tokens``: the cache's size in tokens, or None for
-    unlimited (a block pool is always finite: it then gets one block per distinct block of
-    ``trace``, which it needs to size it, so no block is ever evicted). ``block_size``: 512 (the
-    trace's granularity) or a divisor of it for a token-level replay. ``serve(request)`` returns
-    the hit tokens, or None for a request larger than the cache (counted in ``rejected``).
-    """
-
-    def __init__(self, cache: str, capacity_tokens: int | None, block_size: int = TOKENS_PER_ID, *,
-                 trace: Trace | None = None) -> None:
-        if cache not in CACHES:
-            raise ValueError(f"cache must be one of {', '.join(CACHES)}, got {cache!r}")
-        if capacity_tokens is not None and (not isinstance(capacity_tokens, int) or capacity_tokens < 1):
-            raise ValueError(f"capacity must be a positive number of tokens or None (unlimited), got {capacity_tokens!r}")
-        self.cache, self.block_size = cache, check_block_size(block_size)
-        self.capacity_tokens = capacity_tokens
-        self.coarse = block_size == TOKENS_PER_ID        # one token per id
-        self.unit = 1 if self.coarse else block_size     # tokens per block / page of the real class
-        if capacity_tokens is None:
-            self.capacity_blocks = None
-        else:
-            self.capacity_blocks = capacity_tokens // block_size
-            if self.capacity_blocks < 1:
-                raise ValueError(f"capacity {capacity_tokens} tokens holds no block of {block_size} tokens")
-        self.requests = self.rejected = self.input_tokens = self.hit_tokens = 0
-        self.pool: PrefixCachingBlockPool | None = None
-        self.tree: RadixCache | None = None
-        if cache == "radix":
-            self.tree = RadixCache(page_size=self.unit)
-            self._slots = np.zeros(0, dtype=np.uint8)
-        else:
-            num_blocks = self.capacity_blocks
-            if num_blocks is None:
-                if trace is None:
-                    raise ValueError("an unlimited block pool is sized from the trace: pass trace=")
-                # Every cached block is a distinct (id, block within the id); at most one partial
-                # block per request is left uncached and may sit in the queue.
-                num_blocks = trace.unique_ids * (TOKENS_PER_ID // block_size) + len(trace)
-            self.pool = PrefixCachingBlockPool(num_blocks, self.unit, vllm=cache == "vllm")
-
-    def serve(self, request: TraceRequest) -> int | None:
-        tokens = request_tokens(request, self.block_size)
-        self.requests += 1
-        self.input_tokens += request.input_length
-        blocks = ceil_div(len(tokens), self.unit)
-        if self.capacity_blocks is not None and blocks > self.capacity_blocks:
-            self.rejected += 1
-            return None
-        hits = self._serve_pool(tokens) if self.tree is None else self._serve_tree(tokens)
-        hit_tokens = min(hits * self.block_size // self.unit, request.input_length)
-        self.hit_tokens += hit_tokens
-        return hit_tokens
-
-    def _serve_pool(self, tokens: list[int]) -> int:
-        """lookup -> touch the hits -> allocate the rest (evicting) -> cache -> free, last block
-        first. Returns the hit tokens of the pool (blocks x its block size)."""
-        pool = self.pool
-        assert pool is not None
-        # At 512 a block is a whole id (the paper's count); with tokens, the engine's rule: at
-        # most len - 1 tokens are served, the last one is computed for its logits.
-        limit = len(tokens) if self.coarse else len(tokens) - 1
-        hit = pool.lookup(tokens, max_tokens=limit)
-        pool.touch(hit)
-        fresh = pool.allocate(ceil_div(len(tokens), self.unit) - len(hit))
-        assert fresh is not None, "every block is back in the free queue between requests"
-        table = hit + fresh
-        pool.cache_blocks(tokens, table, len(tokens))
-        pool.free(table)
-        return len(hit) * self.unit
-
-    def _serve_tree(self, tokens: list[int]) -> int:
-        """match -> lock the match -> evict what the rest needs -> insert -> unlock."""
-        tree = self.tree
-        assert tree is not None
-        aligned = len(tokens) - len(tokens) % self.unit
-        key = tokens if aligned == len(tokens) else tokens[:aligned]
-        matched, node = tree.match_prefix(key)
-        tree.inc_lock_ref(node)
-        if self.capacity_blocks is not None:
-            excess = tree.total_size() + aligned - len(matched) - self.capacity_blocks * self.unit
-            if excess > 0:
-                tree.evict(excess)
-        if len(self._slots) < aligned:   # dummy slots (only keys matter here), page-aligned
-            size = max(aligned, 2 * len(self._slots))
-            self._slots = np.tile(np.arange(self.unit, dtype=np.uint8), ceil_div(size, self.unit))
-        tree.insert(key, self._slots[:aligned])
-        tree.dec_lock_ref(node)
-        hits = len(matched)
-        return hits if self.coarse else min(hits, (len(tokens) - 1) // self.unit * self.unit)
-
-    def result(self, trace_name: str) -> ReplayResult:
-        return ReplayResult(trace_name, self.cache, self.block_size, self.capacity_tokens,
-                            self.requests, self.rejected, self.input_tokens, self.hit_tokens)
-
-    def check_no_leaks(self) -> None:
-        """Between requests: nothing is held, the cache is consistent and within its capacity."""
-        if self.pool is not None:
-            self.pool.check_invariants()
-            held = [b for b, c in enumerate(self.pool.ref_cnt) if c]
-            assert not held, f"blocks still referenced between requests: {held[:10]}"
-        else:
-            assert self.tree is not None
-            self.tree.check_invariants()
-            assert self.tree.protected_size == 0, f"{self.tree.protected_size} tokens still locked"
-            if self.capacity_blocks is not None:
-                limit = self.capacity_blocks * self.unit
-                assert self.tree.total_size() <= limit, f"the tree holds {self.tree.total_size()} > {limit}"
-
-
-def replay_trace(trace: Trace, cache: str, capacity_tokens: int | None, *, block_size: int = TOKENS_PER_ID,
-                 progress: bool = False) -> ReplayResult:
-    """Replay ``trace`` through ``cache`` bounded to ``capacity_tokens`` (None: unlimited)."""
-    replay = TraceReplay(cache, capacity_tokens, block_size, trace=trace)
-    requests: Iterable[TraceRequest] = trace.requests
-    if progress:
-        from tqdm.auto import tqdm
-
-        size = "unlimited" if capacity_tokens is None else f"{capacity_tokens:,} tokens"
-        requests = tqdm(requests, desc=f"{trace.name}, {cache}, {size}", unit="req", leave=False, mininterval=1.0)
-    for request in requests:
-        replay.serve(request)
-    return replay.result(trace.name)
-
-
 def parse_tokens(text: str, option: str = "--capacity") -> int | None:
     """A size in tokens as the command line writes it: ``4096``, ``1e6``, ``2.5e6`` or ``inf``
     (None: unlimited). Raises ValueError naming ``option`` for anything else."""
@@ -387,16 +257,74 @@ def parse_tokens(text: str, option: str = "--capacity") -> int | None:
         raise ValueError(f"{option} {text}: not a number of tokens (write 4096, 1e6 or inf)") from None
     if not math.isfinite(value) or value != int(value) or value < 1:
         raise ValueError(f"{option} {text}: a size must be a whole number of tokens >= 1 (or inf)")
+    if value > MAX_TOKENS:
+        raise ValueError(f"{option} {text}: more than 2**53 tokens is no cache this replay can mean "
+                         f"(write inf for an unlimited one)")
     return int(value)
+
+
+# ----------------------------------------------------------------------------- replay
+
+
+def trace_replay(trace: Trace | None, cache: str, capacity_tokens: int | None, *,
+                 block_size: int = TOKENS_PER_ID, host_capacity: int | None = None,
+                 write_policy: str = "write_through") -> ReplayCache:
+    """A :class:`~nano_engine.replay.ReplayCache` for this trace's requests (:func:`serve_request`)
+    at ``block_size`` tokens a block: 512 (one key per hash id, the paper's count) or a divisor of
+    it (the request's tokens, blocks and pages of that many; the hashed pool is then
+    :class:`~nano_engine.trace_pool.TraceBlockPool`, fed the ids). A request larger than the cache
+    is refused. An unlimited pool gets a block for every distinct block of ``trace`` and one
+    partial block per request, so it never evicts; no pool is built larger than that."""
+    if cache not in _replay.CACHES:
+        raise ValueError(f"cache must be one of {', '.join(_replay.CACHES)}, got {cache!r}")
+    check_block_size(block_size)
+    coarse = block_size == TOKENS_PER_ID
+    num_blocks = None if trace is None else trace.unique_ids * (TOKENS_PER_ID // block_size) + len(trace)
+    if capacity_tokens is None and cache != "radix" and num_blocks is None:
+        raise ValueError("an unlimited block pool is sized from the trace: pass trace=")
+    if host_capacity is not None and not coarse:
+        raise ValueError("a host tier is replayed at the trace's granularity: block size 512 only")
+    return ReplayCache(cache, capacity_tokens, block_size=1 if coarse else block_size,
+                       key_tokens=TOKENS_PER_ID if coarse else 1, oversized="reject", num_blocks=num_blocks,
+                       tokens_per_id=TOKENS_PER_ID, host_capacity=host_capacity, write_policy=write_policy)
+
+
+def serve_request(replay: ReplayCache, request: TraceRequest) -> int | None:
+    """One request of a trace through ``replay`` at its granularity: its hash ids (one key per
+    512 tokens), its tokens (:func:`request_tokens`), or its ids for a trace pool."""
+    if replay.key_tokens == TOKENS_PER_ID:
+        return replay.serve(request_tokens(request), request.input_length)
+    if replay.reads_ids:
+        return replay.serve_ids(request.hash_ids, request.input_length)
+    return replay.serve(request_tokens(request, replay.block_size), request.input_length)
+
+
+def replay_trace(trace: Trace, cache: str, capacity_tokens: int | None, *, block_size: int = TOKENS_PER_ID,
+                 host_capacity: int | None = None, write_policy: str = "write_through",
+                 progress: bool = False) -> _replay.ReplayResult:
+    """Replay ``trace`` through ``cache`` bounded to ``capacity_tokens`` (None: unlimited)."""
+    replay = trace_replay(trace, cache, capacity_tokens, block_size=block_size, host_capacity=host_capacity,
+                          write_policy=write_policy)
+    requests: Iterable[TraceRequest] = trace.requests
+    if progress:
+        from tqdm.auto import tqdm
+
+        size = "unlimited" if capacity_tokens is None else f"{capacity_tokens:,} tokens"
+        host = "" if host_capacity is None else f" + host {host_capacity:,}, {write_policy}"
+        requests = tqdm(requests, desc=f"{trace.name}, {cache}, {size}{host}", unit="req", leave=False,
+                        mininterval=1.0)
+    for request in requests:
+        serve_request(replay, request)
+    return replay.result(trace.name)
 
 
 # ----------------------------------------------------------------------------- showing results
 
 
-def format_results(results: Sequence[ReplayResult]) -> str:
+def format_results(results: Sequence[_replay.ReplayResult]) -> str:
     """One row per capacity, one column per cache: hit rates in percent."""
     caches = list(dict.fromkeys(r.cache for r in results))
-    rows: dict[int | None, dict[str, ReplayResult]] = {}
+    rows: dict[int | None, dict[str, _replay.ReplayResult]] = {}
     for r in results:
         rows.setdefault(r.capacity_tokens, {})[r.cache] = r
     lines = [f"{'capacity (tokens)':>18s}" + "".join(f"{c:>10s}" for c in caches) + f"{'rejected':>10s}"]
@@ -409,7 +337,7 @@ def format_results(results: Sequence[ReplayResult]) -> str:
     return "\n".join(lines)
 
 
-def plot_capacity_curves(results: Sequence[ReplayResult], path: str | None = None, *, ax=None,
+def plot_capacity_curves(results: Sequence[_replay.ReplayResult], path: str | None = None, *, ax=None,
                          paper: bool = True):
     """Hit rate against capacity, one line per (trace, cache); unlimited as a dotted level, and
     (``paper``) the paper's Table 2 figure as a grey dashed one. Saved to ``path`` when given."""
@@ -421,7 +349,7 @@ def plot_capacity_curves(results: Sequence[ReplayResult], path: str | None = Non
     fig = None
     if ax is None:
         fig, ax = plt.subplots(figsize=(6.4, 4))
-    groups: dict[tuple[str, str], list[ReplayResult]] = {}
+    groups: dict[tuple[str, str], list[_replay.ReplayResult]] = {}
     for r in results:
         groups.setdefault((r.trace, r.cache), []).append(r)
     for (trace, cache), rs in groups.items():
@@ -449,3 +377,35 @@ def plot_capacity_curves(results: Sequence[ReplayResult], path: str | None = Non
         if path is not None:
             fig.savefig(path, dpi=120)
     return fig if fig is not None else ax.figure
+
+
+# ----------------------------------------------------------------------------- moved names
+
+_MOVED = ("CACHES", "ReplayResult", "TraceReplay")
+
+
+def __getattr__(name: str):
+    """The replay moved to :mod:`nano_engine.replay`; its old names here work for one more release."""
+    if name not in _MOVED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(f"nano_engine.traces.{name} moved to nano_engine.replay"
+                  + (".ReplayCache (traces.trace_replay(trace, cache, capacity_tokens, block_size=...), then "
+                     "traces.serve_request(replay, request))" if name == "TraceReplay" else "")
+                  + "; the old name goes in the next release", DeprecationWarning, stacklevel=2)
+    return _TraceReplayOfTrace if name == "TraceReplay" else getattr(_replay, name)
+
+
+class _TraceReplayOfTrace:
+    """``traces.TraceReplay(cache, capacity_tokens, block_size, trace=)``, kept for one release."""
+
+    def __init__(self, cache: str, capacity_tokens: int | None, block_size: int = TOKENS_PER_ID, *,
+                 trace: Trace | None = None) -> None:
+        self._replay = trace_replay(trace, cache, capacity_tokens, block_size=block_size)
+
+    def serve(self, request: TraceRequest) -> int | None:
+        return serve_request(self._replay, request)
+
+    def __getattr__(self, name: str):
+        if name == "_replay":
+            raise AttributeError(name)
+        return getattr(self._replay, name)

@@ -30,8 +30,9 @@ methods are the package's own caches, not a copy of them:
 With ``capacity=None`` the cache never evicts (the chapter's setting). ``capacity=C`` keeps at most
 C tokens, evicting least recently used data: ``RadixCache.evict`` (leaf by leaf) for the tree, a
 pool of ``C // block_size`` blocks (its free queue is the LRU) for blocks. A request longer than
-the whole cache stores only its first C tokens. :class:`ReplayCache` is the same replay one
-request at a time (the router's simulated instances use it).
+the whole cache stores only its first C tokens. The replay itself is
+:class:`nano_engine.replay.ReplayCache` (``ReplayCache("radix")``, ``ReplayCache("hashed",
+capacity, block_size=16)``), the one every hit rate of the package comes from.
 
 >>> w = chapter_workloads(seed=0)
 >>> round(hit_rate(w["shared system prompt"], "radix"), 3), round(hit_rate(w["shared system prompt"], 16), 3)
@@ -41,12 +42,12 @@ request at a time (the router's simulated instances use it).
 from __future__ import annotations
 
 import random
+import warnings
 from collections.abc import Sequence
-from typing import TypeGuard
 
-from nano_engine.paged import ceil_div
-from nano_engine.prefix_cache import PrefixCachingBlockPool
+from nano_engine import replay
 from nano_engine.radix import RadixCache
+from nano_engine.replay import method_cache
 
 Workload = list[list[int]]
 Method = str | int
@@ -187,93 +188,45 @@ def multi_tenant(seed: Seed = 0, *, num_tenants: int = 8, num_users: int = 128, 
 # ---------------------------------------------------------------------------- hit rates
 
 
-def _is_block_size(method: Method) -> TypeGuard[int]:
-    return isinstance(method, int) and not isinstance(method, bool) and method >= 1
-
-
 def hit_rate(workload: Sequence[Sequence[int]], method: Method, capacity: int | None = None) -> float:
     """Fraction of all tokens of ``workload`` a prefix cache serves, replaying it in order.
 
     ``method``: ``"radix"`` or a block size (int). ``capacity``: at most this many tokens cached
     (LRU eviction), or ``None`` for an unbounded cache. Each request: match all but its last token,
-    count the hits, then cache the whole request (see :class:`ReplayCache`).
+    count the hits, then cache the whole request (:class:`nano_engine.replay.ReplayCache`).
     """
     if not workload:
         raise ValueError("hit_rate: the workload is empty")
-    if capacity is None and _is_block_size(method):
-        # A pool with a block for every block of every request never has to evict.
-        capacity = method * sum(ceil_div(len(req), method) for req in workload)
-    cache = ReplayCache(method, capacity)
-    hits = sum(cache.serve(req) for req in workload)
-    return hits / sum(len(req) for req in workload)
+    return replay.replay_workload(workload, method, capacity).hit_rate
 
 
-class ReplayCache:
-    """One of the package's prefix caches, fed whole requests (no model, no KV: only the keys).
-
-    ``serve(tokens)`` matches all but the last token, stores the whole request, and returns the
-    hit tokens. ``method="radix"`` replays a :class:`~nano_engine.radix.RadixCache` (unbounded when
-    ``capacity`` is None); a block size replays a
-    :class:`~nano_engine.prefix_cache.PrefixCachingBlockPool` of ``capacity // block_size``
-    blocks (a pool is always bounded: ``capacity`` is required). ``hits`` and ``tokens`` add up
-    what it served.
-    """
+class _ReplayCacheOfMethod(replay.ReplayCache):
+    """``workloads.ReplayCache(method, capacity)``, kept for one release: use
+    ``replay.ReplayCache("radix")`` or ``replay.ReplayCache("hashed", capacity, block_size=B)``."""
 
     def __init__(self, method: Method, capacity: int | None = None) -> None:
-        if capacity is not None and (not isinstance(capacity, int) or capacity < 1):
-            raise ValueError(f"capacity must be a positive int (tokens) or None, got {capacity!r}")
+        cache, block_size = method_cache(method)
+        if capacity is None and cache == "hashed":
+            raise ValueError(f"a block pool is bounded: give the capacity in tokens (block size {method})")
+        super().__init__(cache, capacity, block_size=block_size)
         self.method, self.capacity = method, capacity
-        self.hits = self.tokens = 0
-        if method == "radix":
-            self.tree = RadixCache()
-        elif _is_block_size(method):
-            if capacity is None:
-                raise ValueError(f"a block pool is bounded: give the capacity in tokens (block size {method})")
-            if capacity < method:
-                raise ValueError(f"capacity {capacity} holds no block of {method} tokens")
-            # vLLM's free order (uncached_first): a request's partial last block holds nothing
-            # reusable, so it returns to the head of the free queue and is reused before any
-            # cached block. In the chapter's order it would join the tail and push a cached block
-            # out first, and the cache would hold less than ``capacity`` tokens worth keeping.
-            self.pool = PrefixCachingBlockPool(capacity // method, method, uncached_first=True)
-        else:
-            raise ValueError(f"method must be 'radix' or a block size >= 1, got {method!r}")
 
-    def serve(self, tokens: Sequence[int]) -> int:
-        """Match ``tokens[:-1]``, then cache ``tokens``; returns the hit tokens."""
-        tokens = list(tokens)
-        if not tokens:
-            raise ValueError("serve: a request needs at least 1 token")
-        hits = self._serve_radix(tokens) if self.method == "radix" else self._serve_blocks(tokens)
-        self.hits += hits
-        self.tokens += len(tokens)
-        return hits
+    @property
+    def hits(self) -> int:
+        return self.hit_tokens
 
-    def _serve_radix(self, tokens: list[int]) -> int:
-        tree, capacity = self.tree, self.capacity
-        hits = len(tree.match_prefix(tokens[:-1])[0])
-        stored = tokens if capacity is None else tokens[:capacity]   # as the pool: what fits
-        tree.insert(stored, [0] * len(stored))    # dummy slots: only the keys matter here
-        # The request just walked its whole path, so that path is the most recent: LRU eviction
-        # peels other leaves and never reaches it.
-        if capacity is not None and tree.total_size() > capacity:
-            tree.evict(tree.total_size() - capacity)
-        return hits
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens
 
-    def _serve_blocks(self, tokens: list[int]) -> int:
-        """The pool used the way the engine uses it: ``lookup`` all but the last token, ``touch``
-        the hits, ``allocate`` the rest (evicting from the LRU end), ``cache_blocks``, ``free``.
-        A request longer than the whole pool caches only its first ``num_blocks`` blocks."""
-        pool, size = self.pool, self.pool.block_size
-        hit = pool.lookup(tokens, max_tokens=len(tokens) - 1)
-        pool.touch(hit)
-        used = min(ceil_div(len(tokens), size), pool.num_blocks)
-        fresh = pool.allocate(used - len(hit))
-        assert fresh is not None, "every block is back in the free queue between requests"
-        table = hit + fresh
-        pool.cache_blocks(tokens, table, min(len(tokens), used * size))
-        pool.free(table)
-        return len(hit) * size
+
+def __getattr__(name: str):
+    if name == "ReplayCache":
+        warnings.warn("nano_engine.workloads.ReplayCache(method, capacity) moved to nano_engine.replay.ReplayCache"
+                      "(cache, capacity_tokens, block_size=...); the old name goes in the next release",
+                      DeprecationWarning, stacklevel=2)
+        return _ReplayCacheOfMethod
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def hit_rate_table(workloads: dict[str, Workload], methods: Sequence[Method] = CHAPTER_METHODS,

@@ -1,4 +1,4 @@
-"""Trace replay through the tiered caches (nano_engine.tier_replay) and the hitrate CLI options.
+"""Replays through the tiered caches (nano_engine.replay with a host tier) and the hitrate CLI options.
 
 Reference: with a host tier large enough to hold everything, nothing is ever lost, so the hit
 rate (device + host) must equal the unbounded cache's, whatever the device capacity and the
@@ -11,7 +11,9 @@ import json
 import pytest
 
 from nano_engine.__main__ import main
-from nano_engine.tier_replay import TierReplay, tier_hit_rate
+from nano_engine.hitrate import HitRateStudy
+from nano_engine.replay import ReplayCache, tier_hit_rate
+from nano_engine.traces import replay_trace
 from nano_engine.workloads import hit_rate, multi_tenant
 
 
@@ -21,7 +23,9 @@ def workload():
 
 
 def replay(workload, method, capacity, host, policy, threshold=1):
-    r = TierReplay(method, capacity, host, policy, load_back_threshold=threshold)
+    cache, block_size = ("radix", 1) if method == "radix" else ("hashed", method)
+    r = ReplayCache(cache, capacity, block_size=block_size, host_capacity=host, write_policy=policy,
+                    load_back_threshold=threshold)
     for req in workload:
         r.serve(req)
     return r.result()
@@ -38,7 +42,7 @@ def test_radix_with_a_huge_host_tier_loses_nothing(workload, policy):
         assert device_only <= small.hit_rate <= unbounded
     else:
         assert small.hit_rate == pytest.approx(unbounded)
-    assert small.host_hits > 0 and small.bytes_loaded == small.host_hits * 114688
+    assert small.host_hit_tokens > 0 and small.bytes_loaded == small.host_hit_tokens * 114688
 
 
 @pytest.mark.parametrize("policy", ["write_through", "write_through_selective"])
@@ -51,7 +55,7 @@ def test_hashed_with_a_huge_host_tier_loses_nothing(workload, policy):
         assert r.hit_rate == pytest.approx(unbounded)
     else:
         assert hit_rate(workload, 16, cap) <= r.hit_rate <= unbounded
-    assert r.host_hits > 0
+    assert r.host_hit_tokens > 0
 
 
 def test_write_back_writes_fewer_bytes_than_write_through(workload):
@@ -63,9 +67,19 @@ def test_write_back_writes_fewer_bytes_than_write_through(workload):
 
 def test_bad_replay_options():
     with pytest.raises(ValueError, match="write-policy"):
-        TierReplay("radix", 10, 10, "write_around")
+        ReplayCache("radix", 10, host_capacity=10, write_policy="write_around")
     with pytest.raises(ValueError, match="no write-back"):
-        TierReplay(16, 64, 64, "write_back")
+        ReplayCache("hashed", 64, host_capacity=64, write_policy="write_back")
+
+
+def test_the_old_tier_replay_still_works_with_a_warning(workload):
+    import nano_engine.tier_replay as old_module
+
+    with pytest.warns(DeprecationWarning, match="moved to nano_engine.replay"):
+        old = old_module.TierReplay("radix", 400, 4000, "write_through")
+    pairs = [old.serve(req) for req in workload]
+    assert sum(d + h for d, h in pairs) == old.hit_tokens and sum(h for _, h in pairs) == old.host_hit_tokens
+    assert old.result().as_dict() == tier_hit_rate(workload, "radix", 400, 4000).as_dict()
 
 
 def test_cli_host_tier_rows(capsys):
@@ -76,18 +90,13 @@ def test_cli_host_tier_rows(capsys):
     assert "needs a finite --capacity" in capsys.readouterr().err
 
 
-def test_cli_rows_as_json(capsys):
-    from nano_engine.__main__ import run_host_tier_hitrate
-
-    class Args:
-        host_capacity = [4000]
-        write_policy = ["write_through"]
-        json = True
-
-    rows = run_host_tier_hitrate(Args(), {"w": [[1, 2, 3] * 50] * 3}, [100])
+def test_trace_rows_as_json(capsys):
+    rows = HitRateStudy(trace="synthetic", requests=40, caches=["radix"], capacities=[100_000],
+                        host_capacities=[400_000], as_json=True).run()
     printed = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
-    assert printed == rows and {r["host_capacity_tokens"] for r in rows} == {0, 4000}
-    assert all({"hit_rate", "device_hit_rate", "host_hit_rate", "bytes_written", "bytes_loaded"} <= set(r) for r in rows)
+    assert printed == [r.as_dict() for r in rows] and {r["host_capacity_tokens"] for r in printed} == {0, 400_000}
+    assert all({"hit_rate", "device_hit_rate", "host_hit_rate", "bytes_written", "bytes_loaded"} <= set(r)
+               for r in printed)
 
 
 def _json_rows(out: str) -> list[dict]:
@@ -100,7 +109,7 @@ def test_trace_with_a_host_tier_that_holds_everything_hits_as_the_unlimited_cach
     slice, every id seen before is found on one tier or the other, so the hit rate is the
     unlimited cache's (``traces.replay_trace``, an independent replay); the device-only row is
     ``replay_trace`` at the same capacity, and device + host add up."""
-    from nano_engine.traces import load_trace, replay_trace
+    from nano_engine.traces import load_trace
 
     trace = load_trace("conversation")[:150]
     assert main(["hitrate", "--trace", "conversation", "--requests", "150", "--cache", cache, "--capacity", "1.5e5",

@@ -11,12 +11,13 @@ from nano_engine.traces import (
     TOKENS_PER_ID,
     Trace,
     TraceError,
-    TraceReplay,
     format_results,
     load_trace,
     parse_tokens,
     replay_trace,
     request_tokens,
+    serve_request,
+    trace_replay,
 )
 
 SLICE = 300
@@ -107,7 +108,7 @@ GOOD = json.dumps({"timestamp": 0, "input_length": 600, "output_length": 5, "has
     ("{not json", "not JSON"),
     ("[1, 2]", "expected a JSON object"),
     (json.dumps({"timestamp": 0, "input_length": 600, "output_length": 5}), "no 'hash_ids'"),
-    (json.dumps({"timestamp": 0, "input_length": -3, "output_length": 5, "hash_ids": []}), "input_length must be an integer >= 0"),
+    (json.dumps({"timestamp": 0, "input_length": -3, "output_length": 5, "hash_ids": []}), "input_length must be an integer in 0..2"),
     (json.dumps({"timestamp": 0, "input_length": 600, "output_length": -1, "hash_ids": [1, 2]}), "output_length"),
     (json.dumps({"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, "x"]}), "hash_ids must be"),
     (json.dumps({"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1]}), "expected 2"),
@@ -118,6 +119,65 @@ def test_a_bad_line_is_named_by_file_and_line(tmp_path, bad_line, fragment):
     with pytest.raises(TraceError, match=fragment) as error:
         load_trace(path)
     assert f"{path}: line 3:" in str(error.value)
+
+
+HOSTILE = {
+    "a 400-digit timestamp": ('{"timestamp": 1' + "0" * 399 + ', "input_length": 600, "output_length": 5, '
+                              '"hash_ids": [1, 2]}', "timestamp must be a finite number"),
+    "a 5,000-digit integer": ('{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2' + "0" * 5000
+                              + ']}', "not JSON this package reads"),
+    "hash_ids nested 100,000 deep": ('{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": '
+                                     + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply"),
+    "a hash id of 2**64": (json.dumps({"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2**64]}),
+                           "hash_ids must be a list of integers in 0..2**64-1"),
+    "a 400-digit output_length": ('{"timestamp": 0, "input_length": 600, "output_length": 1' + "0" * 399
+                                  + ', "hash_ids": [1, 2]}', "output_length must be an integer in 0..2**31-1"),
+}
+
+
+@pytest.mark.parametrize("cause", HOSTILE)
+def test_a_hostile_line_is_refused_by_file_and_line(tmp_path, cause):
+    """Issue 38: each used to raise OverflowError, a bare ValueError, RecursionError, or was
+    accepted and crashed --block-size 16 later."""
+    bad_line, fragment = HOSTILE[cause]
+    path = write_lines(tmp_path / "hostile.jsonl", [GOOD, bad_line], compress=False)
+    with pytest.raises(TraceError, match=fragment.replace("*", r"\*")) as error:
+        load_trace(path)
+    message = str(error.value)
+    assert message.startswith(f"{path}: line 2:"), f"the message must name the file and line: {message[:200]}"
+    assert len(message) < 300, f"one short line, not the line's content: {len(message)} characters"
+
+
+@pytest.mark.parametrize("cause", HOSTILE)
+def test_hitrate_refuses_a_hostile_trace_in_one_line(tmp_path, capsys, cause):
+    path = write_lines(tmp_path / "hostile.jsonl", [GOOD, HOSTILE[cause][0]], compress=False)
+    assert main(["hitrate", "--trace", str(path), "--cache", "hashed", "--block-size", "16"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and len(captured.err.strip().splitlines()) == 1, captured.err[:300]
+    assert f"{path}: line 2:" in captured.err
+
+
+def test_hitrate_capacity_beyond_2_to_53_tokens_is_refused(capsys):
+    assert main(["hitrate", "--trace", "conversation", "--cache", "hashed", "--capacity", "1e30"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--capacity 1e30" in err and "inf" in err
+
+
+def test_hitrate_capacity_1e12_runs_in_bounded_memory():
+    """In a child limited to 6 GiB of address space (room for torch's libraries): the old replay
+    asked for a pool of 2 billion blocks (MemoryError, or tens of GB where it fits)."""
+    import resource
+    import subprocess
+    import sys
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
+
+    result = subprocess.run([sys.executable, "-m", "nano_engine", "hitrate", "--trace", "conversation", "--requests",
+                             "50", "--cache", "hashed", "--capacity", "1e12", "--json"],
+                            capture_output=True, text=True, timeout=300, preexec_fn=limit)
+    assert result.returncode == 0, result.stderr[-500:]
+    assert json.loads(result.stdout.splitlines()[-1])["capacity_tokens"] == 10**12
 
 
 def test_plain_jsonl_and_blank_lines(tmp_path):
@@ -174,9 +234,9 @@ def test_block_size_must_divide_512(trace):
 @pytest.mark.parametrize("block_size", [512, 16])
 @pytest.mark.parametrize("cache", ["hashed", "vllm", "radix"])
 def test_unlimited_replay_equals_the_brute_force_count(trace, cache, block_size):
-    replay = TraceReplay(cache, None, block_size, trace=trace)
+    replay = trace_replay(trace, cache, None, block_size=block_size)
     for r in trace:
-        replay.serve(r)
+        serve_request(replay, r)
     replay.check_no_leaks()
     result = replay.result(trace.name)
     assert result.hit_tokens == brute_force_unlimited(trace, block_size)
@@ -189,9 +249,9 @@ def test_bounded_pool_equals_a_brute_force_lru_and_vllm_mode_agrees(trace, capac
     applies and no duplicate is ever cached: vLLM mode must give the chapter's pool's hits."""
     expected = brute_force_lru_blocks(trace, capacity // TOKENS_PER_ID)
     for cache in ("hashed", "vllm"):
-        replay = TraceReplay(cache, capacity, trace=trace)
+        replay = trace_replay(trace, cache, capacity)
         for r in trace:
-            replay.serve(r)
+            serve_request(replay, r)
             if replay.requests % 50 == 0:
                 replay.check_no_leaks()
         replay.check_no_leaks()
@@ -202,10 +262,10 @@ def test_bounded_pool_equals_a_brute_force_lru_and_vllm_mode_agrees(trace, capac
 @pytest.mark.parametrize("block_size", [512, 16])
 def test_bounded_replays_stay_consistent_and_within_capacity(trace, cache, block_size):
     capacity = 200_000
-    replay = TraceReplay(cache, capacity, block_size, trace=trace[:120])
+    replay = trace_replay(trace[:120], cache, capacity, block_size=block_size)
     unlimited = replay_trace(trace[:120], cache, None, block_size=block_size)
     for i, r in enumerate(trace.requests[:120]):
-        replay.serve(r)
+        serve_request(replay, r)
         if i % 10 == 0:
             replay.check_no_leaks()
     replay.check_no_leaks()
@@ -215,12 +275,12 @@ def test_bounded_replays_stay_consistent_and_within_capacity(trace, cache, block
 @pytest.mark.parametrize("cache", ["hashed", "radix"])
 def test_a_request_larger_than_the_cache_is_rejected_and_changes_nothing(trace, cache):
     capacity = 8 * TOKENS_PER_ID
-    replay = TraceReplay(cache, capacity)
+    replay = trace_replay(None, cache, capacity)
     too_big = [r for r in trace if len(r.hash_ids) > 8]
     assert too_big
     for r in trace:
         before = replay.hit_tokens
-        assert (replay.serve(r) is None) == (r in too_big)
+        assert (serve_request(replay, r) is None) == (r in too_big)
         if r in too_big:
             assert replay.hit_tokens == before
     replay.check_no_leaks()
@@ -236,11 +296,38 @@ def test_token_level_replay_is_close_to_the_512_one(trace):
 
 def test_bad_replay_arguments():
     with pytest.raises(ValueError, match="cache must be"):
-        TraceReplay("lru", None)
+        trace_replay(None, "lru", None)
     with pytest.raises(ValueError, match="holds no block"):
-        TraceReplay("hashed", 100)
+        trace_replay(None, "hashed", 100)
     with pytest.raises(ValueError, match="sized from the trace"):
-        TraceReplay("hashed", None)
+        trace_replay(None, "hashed", None)
+
+
+def test_a_capacity_beyond_the_trace_builds_only_what_the_trace_can_fill(trace):
+    """``hitrate --capacity 1e12``: a pool larger than everything the trace holds never evicts, so
+    it is built no larger than that (not 2 billion blocks) and replays as the unlimited one."""
+    sub = trace[:40]
+    needed = sub.unique_ids * (TOKENS_PER_ID // 16) + len(sub)
+    for block_size in (TOKENS_PER_ID, 16):
+        huge = trace_replay(sub, "hashed", 10**12, block_size=block_size)
+        blocks = huge.side.pool.num_blocks
+        assert blocks <= needed, f"{blocks} blocks built for a trace that fills at most {needed}"
+        for r in sub:
+            serve_request(huge, r)
+        assert huge.result().hit_tokens == replay_trace(sub, "hashed", None, block_size=block_size).hit_tokens
+
+
+def test_old_names_still_work_with_a_warning(trace):
+    import nano_engine.traces as traces_module
+
+    with pytest.warns(DeprecationWarning, match="moved to nano_engine.replay"):
+        old = traces_module.TraceReplay("hashed", 10**6)
+    for r in trace[:30]:
+        old.serve(r)
+    assert old.result(trace.name).hit_tokens == replay_trace(trace[:30], "hashed", 10**6).hit_tokens
+    with pytest.warns(DeprecationWarning, match="moved to nano_engine.replay"):
+        from nano_engine.replay import ReplayResult
+        assert traces_module.ReplayResult is ReplayResult
 
 
 # ----------------------------------------------------------------------------- command line
@@ -283,6 +370,7 @@ def test_hitrate_table_and_plot(capsys, tmp_path):
     (["--trace", "synthetic", "--capacity", "100"], ["--capacity 100", "no block"]),
     (["--trace", "/nonexistent/t.jsonl"], ["/nonexistent/t.jsonl"]),
     (["--trace", "synthetic", "--requests", "0"], ["--requests"]),
+    (["--trace", "synthetic", "--host-capacity", "1e30", "--capacity", "1e6"], ["--host-capacity 1e30"]),
 ])
 def test_hitrate_trace_refuses_bad_values_in_one_line(capsys, argv, fragments):
     assert main(["hitrate", *argv]) == 2

@@ -146,7 +146,7 @@ def test_radix_decodes_with_tokenizer_and_elides_long_runs():
 @given(st.lists(st.tuples(st.sampled_from(["insert", "lock", "unlock", "evict"]),
                           st.lists(st.integers(1, 3), min_size=1, max_size=6)), max_size=12))
 def test_radix_every_node_drawn_with_its_lock_colour(ops):
-    tree, locked, slot = RadixCache(numpy_min_run=None), [], 0
+    tree, locked, slot = RadixCache(), [], 0
     for op, key in ops:
         if op == "insert":
             tree.insert(key, list(range(slot, slot + len(key))))

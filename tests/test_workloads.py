@@ -5,10 +5,10 @@ import random
 
 import pytest
 
+from nano_engine.replay import ReplayCache
 from nano_engine.workloads import (
     CHAPTER_METHODS,
     CHAPTER_TABLE,
-    ReplayCache,
     chapter_workloads,
     few_shot,
     hit_rate,
@@ -163,9 +163,9 @@ def test_bounded_hit_rate_degrades_monotonically(seed):
 def test_bounded_cache_evicts_least_recently_used():
     a, b, c = [1] * 8 + [2], [3] * 8 + [4], [5] * 8 + [6]
     # Room for two requests: a, b, a hits a; c evicts b (older than a); then a hits, b misses.
-    cache = ReplayCache("radix", capacity=18)
+    cache = ReplayCache("radix", 18)
     assert [cache.serve(r) for r in (a, b, a, c, a, b)] == [0, 0, 8, 0, 8, 0]
-    pool_cache = ReplayCache(4, capacity=12 + 8)   # blocks of 4: two requests of 3 blocks + 2 spare
+    pool_cache = ReplayCache("hashed", 12 + 8, block_size=4)   # two requests of 3 blocks of 4 + 2 spare
     assert [pool_cache.serve(r) for r in (a, b, a, c, a, b)] == [0, 0, 8, 0, 8, 0]
     # Room for one: alternating prefixes never hit.
     assert hit_rate([a, b] * 4, "radix", capacity=9) == 0
@@ -192,8 +192,24 @@ def test_bad_arguments():
         hit_rate([], "radix")
     with pytest.raises(ValueError, match="at least 1 token"):
         hit_rate([[1], []], "radix")
-    with pytest.raises(ValueError, match="capacity"):
-        ReplayCache(16)
+    with pytest.raises(ValueError, match="capacity_tokens"):
+        ReplayCache("hashed")
+
+
+def test_a_capacity_beyond_the_workload_builds_only_what_it_can_fill():
+    """``hitrate --capacity 1e12``: the old replay asked for a pool of 62 billion blocks."""
+    w = chapter_workloads(0)["few-shot"]
+    assert hit_rate(w, 16, capacity=10**12) == hit_rate(w, 16)
+    assert hit_rate(w, "radix", capacity=10**12) == hit_rate(w, "radix")
+
+
+def test_the_old_replay_cache_still_works_with_a_warning():
+    import nano_engine.workloads as workloads_module
+
+    with pytest.warns(DeprecationWarning, match="moved to nano_engine.replay.ReplayCache"):
+        old = workloads_module.ReplayCache(4, 20)
+    a, b = [1] * 8 + [2], [3] * 8 + [4]
+    assert [old.serve(r) for r in (a, b, a)] == [0, 0, 8] and (old.hits, old.tokens) == (8, 27)
 
 
 # ----------------------------------------------------------------------------- the command

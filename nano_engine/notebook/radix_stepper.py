@@ -64,7 +64,7 @@ class _RadixRun:
         self.page_size = page_size
         self._note = ""
         self.slots = _SlotAllocator(page_size)
-        self.matched: dict[int, tuple[list[int], Any]] = {}  # request -> (hit slots, node it locked)
+        self.matched: dict[int, tuple[Sequence[int], Any]] = {}  # request -> (hit slots, node it locked)
         self.hits = self.queries = 0
 
     def hit_counts(self) -> tuple[int, int]:
@@ -115,7 +115,7 @@ class _RadixRun:
 
         def insert() -> tuple[str, str]:
             # The request computed KV for everything past its hit, in slots of its own.
-            value = hit + self.slots.take(stored - len(hit))
+            value = list(hit) + self.slots.take(stored - len(hit))
             cached = self.tree.insert(tokens[:stored], value)
             self._note = (f"insert: first {_count(cached, 'token')} already cached" if cached
                           else f"insert: {_count(stored, 'token')}, none cached before")
