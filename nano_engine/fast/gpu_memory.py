@@ -15,7 +15,7 @@ What the fraction leaves free (10% at nano-vllm's default 0.9) absorbs the rest:
 allocator's fragmentation, small per-step tensors. vLLM 0.33.0 differs: ``used`` counts only what
 its own instance consumed since it started (``gpu_memory_utilization`` is a per-instance limit,
 ``vllm/config/cache.py``), its default is 0.92, and it measures CUDA-graph memory and subtracts it
-too (``vllm/v1/worker/gpu_worker.py``).
+too (``vllm/v1/worker/gpu_worker.py::Worker.determine_available_memory``).
 """
 
 from __future__ import annotations
