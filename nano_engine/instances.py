@@ -4,7 +4,7 @@ A router (:mod:`nano_engine.routing`) only decides; something must then serve th
 kinds of instance serve here, from the cheapest to the real thing:
 
 * :class:`SimulatedInstance` (chapters 05 and 07): a bounded prefix cache
-  (:class:`~nano_engine.workloads.ReplayCache`) behind a first-in first-out server that does a
+  (:class:`~nano_engine.replay.ReplayCache`) behind a first-in first-out server that does a
   fixed amount of work per tick. Fast enough for traces of thousands of requests.
 * :class:`TraceInstance` (chapter 07's processes, :mod:`nano_engine.cluster`): a vLLM-mode block
   pool fed Mooncake trace requests on the trace's own clock, with a time-to-first-token model.
@@ -30,9 +30,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 from nano_engine.prefix_cache import PrefixCachingBlockPool
+from nano_engine.replay import ReplayCache, method_cache
 from nano_engine.routing import RoutingPolicy, RoutingRequest
-from nano_engine.traces import TraceReplay, TraceRequest
-from nano_engine.workloads import Method, ReplayCache
+from nano_engine.traces import TraceRequest, serve_request, trace_replay
+from nano_engine.workloads import Method
 
 PREFILL_TOKENS_PER_MS = 15.0
 """The TTFT model's prefill rate per instance (tokens per millisecond)."""
@@ -71,7 +72,7 @@ class SimulatedInstance:
     A request's work is the prompt tokens its cache does not hold plus ``decode_work`` (a fixed
     cost standing for its generated tokens). Each ``tick`` the server does ``work_per_tick`` units,
     requests in arrival order; a request looks up and fills the cache when its service starts, as
-    an engine does at admission. ``cache`` is a :class:`~nano_engine.workloads.ReplayCache`
+    an engine does at admission. ``cache`` is a :class:`~nano_engine.replay.ReplayCache`
     (``method`` "radix" or a block size, ``capacity`` tokens); with a block size, ``pool`` is the
     :class:`~nano_engine.prefix_cache.PrefixCachingBlockPool` whose KV events a router can follow.
     """
@@ -80,7 +81,8 @@ class SimulatedInstance:
                  decode_work: int = 256) -> None:
         if work_per_tick < 1 or decode_work < 0:
             raise ValueError(f"need work_per_tick >= 1 and decode_work >= 0, got {work_per_tick}, {decode_work}")
-        self.cache = ReplayCache(method, capacity)
+        cache, block_size = method_cache(method)
+        self.cache = ReplayCache(cache, capacity, block_size=block_size)
         self.work_per_tick, self.decode_work = work_per_tick, decode_work
         self.queue: deque[list] = deque()   # [request id, prompt, work left or None if not started]
         self.stats = InstanceStats()
@@ -105,6 +107,7 @@ class SimulatedInstance:
             if item[2] is None:     # service starts: the cache lookup, as at admission
                 prompt = item[1]
                 hits = self.cache.serve(prompt)
+                assert hits is not None        # a workload replay stores what fits: it refuses nothing
                 self.stats.prompt_tokens += len(prompt)
                 self.stats.hit_tokens += hits
                 self.stats.computed_tokens += len(prompt) - hits
@@ -191,8 +194,7 @@ class TraceInstance:
 
     def __init__(self, capacity_tokens: int, *, prefill_tokens_per_ms: float = PREFILL_TOKENS_PER_MS,
                  decode_ms_per_token: float = DECODE_MS_PER_TOKEN, now: float = 0.0) -> None:
-        self.cache = TraceReplay("vllm", capacity_tokens)
-        assert self.cache.pool is not None
+        self.cache = trace_replay(None, "vllm", capacity_tokens)
         self.pool = self.cache.pool
         self.prefill_tokens_per_ms, self.decode_ms_per_token = prefill_tokens_per_ms, decode_ms_per_token
         self.waiting: deque[tuple[int, float, TraceRequest]] = deque()
@@ -208,7 +210,7 @@ class TraceInstance:
         while self.waiting and max(self.busy_until, self.waiting[0][1]) <= now:
             request_id, arrival, request = self.waiting.popleft()
             start = max(self.busy_until, arrival)
-            hits = self.cache.serve(request) or 0       # None: larger than the whole cache, no hit
+            hits = serve_request(self.cache, request) or 0       # None: larger than the whole cache, no hit
             first_token = start + (request.input_length - hits) / self.prefill_tokens_per_ms
             self.busy_until = first_token
             finish = first_token + request.output_length * self.decode_ms_per_token

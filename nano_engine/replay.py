@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from nano_engine.hiradix import LOAD_BACK_THRESHOLD, HiRadixCache
-from nano_engine.host_tier import WRITE_POLICIES, CopyEngine, HostKVPool
+from nano_engine.host_tier import CopyEngine, HostKVPool, HostTier
 from nano_engine.offload import LookupResult, OffloadingManager
 from nano_engine.paged import BlockPool, ceil_div
 from nano_engine.prefix_cache import PrefixCachingBlockPool
@@ -181,8 +181,8 @@ class ReplayCache:
         return min(blocks, self.num_blocks)
 
     def _tiered(self, load_back_threshold: int, bytes_per_token: int) -> _Side:
-        if self.write_policy not in WRITE_POLICIES:
-            raise ValueError(f"--write-policy must be one of {WRITE_POLICIES}, got {self.write_policy!r}")
+        if self.cache == "vllm":
+            raise ValueError("a host tier is modelled for the radix tree and the hashed pool, not 'vllm'")
         if self.capacity_blocks is None:
             raise ValueError("a host tier sits under a finite device cache: give capacity_tokens")
         assert self.host_capacity is not None
@@ -193,17 +193,16 @@ class ReplayCache:
         host_blocks, device_blocks = self._built(asked), self._built(self.capacity_blocks)
         assert host_blocks is not None and device_blocks is not None
         per_key = bytes_per_token * self.key_tokens
+        if self.cache == "radix" and self.block_size != 1:
+            raise ValueError("a host tier under the radix tree works in pages of one key (block_size=1)")
+        # The one check of the policy and threshold (write-back on the hashed cache refused there),
+        # counted in keys: a replay's key may stand for many tokens.
+        assert self.write_policy is not None
+        tier = HostTier(host_blocks * self.block_size, self.write_policy,
+                        ceil_div(load_back_threshold, self.key_tokens)).for_cache(self.cache)
         if self.cache == "radix":
-            if self.block_size != 1:
-                raise ValueError("a host tier under the radix tree works in pages of one key (block_size=1)")
-            threshold = ceil_div(load_back_threshold, self.key_tokens)
-            return _TieredTree(device_blocks, host_blocks, self.write_policy, threshold, per_key)
-        if self.cache == "vllm":
-            raise ValueError("a host tier is modelled for the radix tree and the hashed pool, not 'vllm'")
-        if self.write_policy == "write_back":
-            raise ValueError("the hashed cache has vLLM's policies only: write_through, write_through_selective "
-                             "(store_threshold=2); vLLM has no write-back")
-        return _TieredPool(device_blocks, host_blocks, self.block_size, self.write_policy, per_key)
+            return _TieredTree(device_blocks, tier, per_key)
+        return _TieredPool(device_blocks, tier, self.block_size, per_key)
 
     # ------------------------------------------------------------------------ the replay
 
@@ -382,13 +381,11 @@ class _TieredTree(_Side):
     nothing); lock; allocate what the rest needs (evicting device leaves); insert; unlock; every
     copy completes before the next request (a replay has no clock)."""
 
-    def __init__(self, capacity: int, host_capacity: int, write_policy: str, load_back_threshold: int,
-                 bytes_per_key: int) -> None:
+    def __init__(self, capacity: int, tier: HostTier, bytes_per_key: int) -> None:
         self.pages = BlockPool(capacity)
-        self.host = HostKVPool(host_capacity, 1, bytes_per_token=bytes_per_key)
+        self.host = HostKVPool(tier.tokens, 1, bytes_per_token=bytes_per_key)
         self.copies = CopyEngine(None, self.host)
-        self.tree = HiRadixCache(1, host=self.host, copies=self.copies, write_policy=write_policy,
-                                 load_back_threshold=load_back_threshold)
+        self.tree = HiRadixCache(1, host=self.host, copies=self.copies, tier=tier)
 
     def _alloc(self, n: int) -> list[int] | None:
         short = n - self.pages.num_free
@@ -423,10 +420,9 @@ class _TieredPool(_Side):
     """The hashed pool's lookup, then the host hit after it (vLLM's ``OffloadingManager``); load it
     back; cache the request; offer its blocks to the host by the write policy."""
 
-    def __init__(self, capacity_blocks: int, host_blocks: int, block_size: int, write_policy: str,
-                 bytes_per_key: int) -> None:
+    def __init__(self, capacity_blocks: int, tier: HostTier, block_size: int, bytes_per_key: int) -> None:
         self.pool = PrefixCachingBlockPool(capacity_blocks, block_size, uncached_first=True)
-        self.offload = OffloadingManager(host_blocks, block_size, 2 if write_policy == "write_through_selective" else 1)
+        self.offload = OffloadingManager(None, block_size, tier=tier)
         self.bytes_per_block = bytes_per_key * block_size
         self.bytes_written = self.bytes_loaded = 0
 

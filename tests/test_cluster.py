@@ -16,7 +16,7 @@ import pytest
 from nano_engine.cluster import Cluster, ClusterConfig, ClusterError, jaccard, run_cluster
 from nano_engine.instances import TraceInstance
 from nano_engine.kv_events import replay
-from nano_engine.traces import TraceReplay, load_trace
+from nano_engine.traces import load_trace, serve_request, trace_replay
 
 CAPACITY = 64 * 512          # 64 blocks per instance: the first requests already evict
 TRACE = load_trace("conversation")
@@ -51,8 +51,8 @@ def config(**kw) -> ClusterConfig:
 
 def reference_hits(trace, routed_to, instances, capacity) -> int:
     """Each instance's requests replayed in one process, in the order it served them (FIFO)."""
-    caches = [TraceReplay("vllm", capacity) for _ in range(instances)]
-    return sum(caches[k].serve(r) or 0 for r, k in zip(trace, routed_to))
+    caches = [trace_replay(None, "vllm", capacity) for _ in range(instances)]
+    return sum(serve_request(caches[k], r) or 0 for r, k in zip(trace, routed_to))
 
 
 def test_instance_events_replay_to_its_cache():

@@ -66,7 +66,7 @@ def test_write_back_writes_fewer_bytes_than_write_through(workload):
 
 
 def test_bad_replay_options():
-    with pytest.raises(ValueError, match="write-policy"):
+    with pytest.raises(ValueError, match="write_policy must be one of"):
         ReplayCache("radix", 10, host_capacity=10, write_policy="write_around")
     with pytest.raises(ValueError, match="no write-back"):
         ReplayCache("hashed", 64, host_capacity=64, write_policy="write_back")
