@@ -56,6 +56,9 @@ def test_executes_headless(path, monkeypatch):
     client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
                             resources={"metadata": {"path": str(path.parent)}})
     client.execute()        # raises on the first failing cell (a Try it fence too), naming it
+    stale = [(i, out.get("text", "")) for i, cell in enumerate(nb.cells) if cell.cell_type == "code"
+             for out in cell.get("outputs", []) if out.get("name") == "stderr" and "DeprecationWarning" in out.get("text", "")]
+    assert not stale, f"{path.name}: cells use names the package has moved (a reader sees the warning): {stale}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
