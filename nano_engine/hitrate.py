@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from nano_engine.host_tier import fits_cache
 from nano_engine.replay import ReplayResult, replay_workload
 from nano_engine.traces import (
     TOKENS_PER_ID,
@@ -152,7 +153,7 @@ class HitRateStudy:
                         results.append(replace(device_only, host_capacity_tokens=0))
                         for host in self.host_capacities:
                             for policy in self.write_policies:
-                                if method != "radix" and policy == "write_back":
+                                if not fits_cache("radix" if method == "radix" else "hashed", policy):
                                     continue
                                 results.append(replay_workload(w, method, capacity, host_capacity=host,
                                                                write_policy=policy, name=name))

@@ -77,6 +77,12 @@ WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
 """
 
 STORE_THRESHOLDS: dict[str, int | None] = {"write_through": 1, "write_through_selective": 2, "write_back": None}
+
+
+def fits_cache(cache: str, write_policy: str) -> bool:
+    """Can a host tier with ``write_policy`` sit under ``cache``? Not write-back under the hashed
+    pool: vLLM's offloading stores blocks as they fill, never at eviction."""
+    return cache == "radix" or STORE_THRESHOLDS[write_policy] is not None
 """The write policy as the number of times a page must be offered (inserted, or used by a request)
 before it is stored: SGLang's ``write_through_threshold``, vLLM's ``store_threshold``. None: only at
 eviction (write-back)."""
@@ -158,7 +164,7 @@ class HostTier:
 
     def for_cache(self, cache: str) -> HostTier:
         """This tier, if it can sit under ``cache`` ("radix", "hashed" or "vllm")."""
-        if cache in ("hashed", "vllm") and self.store_threshold is None:
+        if not fits_cache(cache, self.write_policy):
             raise ValueError("write_policy='write_back' needs cache='radix': vLLM's offloading (the host tier of the "
                              "hashed cache) has no write-back; use 'write_through' or 'write_through_selective'")
         return self

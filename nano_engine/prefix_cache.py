@@ -46,16 +46,14 @@ Beyond the pool chapter 02 builds by hand (its ``PrefixCache``), as vLLM does it
   check: it trusts SHA-256 (a check for the ``xxhash`` choices is proposed in PR #54727, open as of
   2026-12-01).
 - **Free order** (``uncached_first=True``): ref-0 blocks without a hash go to the *head* of the
-  queue and are reused first (they hold nothing worth keeping), hashed ones to the tail, both in
-  the reversed order. The cached blocks then survive longer. Off by default, where every freed
-  block goes to the tail, as in chapter 02's hand-built pool.
+  queue (reused first: they hold nothing worth keeping), hashed ones to the tail, both reversed, so
+  cached blocks survive longer. Off by default: every freed block to the tail, as in chapter 02.
 - **Hash choice** (``hash_algo``): ``"builtin"`` (default), ``"sha256"``, ``"xxhash"`` or any
-  callable; see ``nano_engine.hashing``. The default is Python's hash because it is the chapter's
-  (``block_hashes`` gives exactly the chapter's values), makes a lookup 2-3x cheaper than the others
-  (``benchmarks/lookup_cost.py``), and is safe here thanks to the collision guard. It is this
-  package's teaching default, not a vLLM option. vLLM defaults to SHA-256 because its hashes leave
-  the process (KV events for routers, KV transfer between machines) and it trusts a hash match;
-  choose ``"sha256"`` whenever a hash is read by another process.
+  callable (``nano_engine.hashing``). Python's hash is this package's teaching default, not a vLLM
+  option: it gives chapter 02's values, makes a lookup 2-3x cheaper (``benchmarks/lookup_cost.py``)
+  and is safe behind the collision guard. vLLM defaults to SHA-256 because its hashes leave the
+  process (KV events, KV transfer) and it trusts a match: choose ``"sha256"`` whenever another
+  process reads a hash.
 - **KV events** for subscribers (``subscribe``), **pinning** a prefix (``pin`` / ``unpin``),
   ``reset`` (drop the whole cache), ``last_evicted`` for pictures, ``check_invariants`` for tests.
 
@@ -781,10 +779,8 @@ class VllmPrefixCachingBlockPool(PrefixCachingBlockPool):
         return h
 
     def _emit_stored(self, run: list, parent_hash: Hashable | None, extra: ExtraKeys) -> None:
-        """``BlockPool.cache_full_blocks``' event: hashes converted, extra keys untagged; the KV cache
-        group (``group_idx``, ``BlockPool._build_block_stored_event``) and its kind
-        (``kv_cache_spec_kind``, added by ``KVCacheManager.take_events``) as vLLM 0.33 always
-        writes them for a model with one full-attention group."""
+        """``BlockPool.cache_full_blocks``' event: hashes converted, extra keys untagged; ``group_idx``
+        (``_build_block_stored_event``) and ``kv_cache_spec_kind`` (``take_events``) as vLLM 0.33 writes them."""
         if run and self._subscribers:
             self._emit(BlockStored(
                 block_hashes=[self.event_hash(h) for h, _, _ in run],
@@ -799,7 +795,6 @@ class VllmPrefixCachingBlockPool(PrefixCachingBlockPool):
             ))
 
     def _emit_removed(self, hashes: list[Hashable]) -> None:
-        """``BlockPool._emit_block_removed_events``: one ``BlockRemoved`` per evicted block, with its
-        group (``group_idx``)."""
+        """``BlockPool._emit_block_removed_events``: one ``BlockRemoved`` per evicted block, with ``group_idx``."""
         for h in hashes:
             self._emit(BlockRemoved([self.event_hash(h)], group_idx=FULL_ATTENTION_GROUP))
