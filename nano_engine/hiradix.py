@@ -53,9 +53,9 @@ This module is the data structure only: it imports no engine module. The write p
 load-back threshold come in one :class:`~nano_engine.host_tier.HostTier` (``tier=``), checked there.
 
 Fair simplifications: one device, so no tensor-parallel agreement on acknowledgements (SGLang
-all-reduces the count of finished write-throughs with MIN so every rank changes its tree identically;
-load acknowledgements are not synced); no third (storage)
-tier; LRU only.
+0.5.9 all-reduces the count of finished write-throughs with MIN so every rank changes its tree
+identically, and does not sync load acknowledgements; 0.5.23 MIN-reduces both counts,
+``UnifiedRadixCache._sync_hicache_ready_counts``); no third (storage) tier; LRU only.
 """
 
 from __future__ import annotations

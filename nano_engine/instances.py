@@ -11,7 +11,8 @@ kinds of instance serve here, from the cheapest to the real thing:
 * :class:`EngineInstance` (chapter 05): a real :class:`~nano_engine.engine.LLMEngine`, one
   ``step`` per tick.
 
-Each block-pool instance (all but a radix :class:`SimulatedInstance`) holds a
+Each block-pool instance (all but a radix :class:`SimulatedInstance` and an :class:`EngineInstance`
+whose engine uses the radix cache) holds a
 :class:`~nano_engine.prefix_cache.PrefixCachingBlockPool` (``pool``) whose KV events
 a router can follow: in this process with :meth:`~nano_engine.kv_index.KVBlockIndex.follow`, or
 over ZeroMQ (:mod:`nano_engine.kv_pubsub`).

@@ -34,7 +34,9 @@ replay, and the bookkeeping that turns an unreliable stream into an exact one:
 - a live ``seq`` that goes **backwards** means the engine restarted (a new publisher counts from 0
   again; its cache is empty): ``on_reset(worker)``, then everything from 0 again
   (``restarts_detected``). Unless it is a batch heard before: the transport promises no exactly-once
-  delivery (a subscriber connected twice to one endpoint receives every message twice), and nothing
+  delivery (a subscriber connected to one publisher twice, over two spellings of its address or
+  twice over ``inproc://``, receives every message twice; libzmq ignores a SUB's repeated connect to
+  the same ``tcp://`` or ``ipc://`` endpoint), and nothing
   the stream says twice may reset a worker. A live batch whose ``seq``
   and bytes equal one of the last :data:`DUPLICATE_WINDOW` batches is a duplicate; any other
   backwards ``seq`` is first checked with the replay socket (the anchor below: the same publisher

@@ -507,16 +507,16 @@ def load_solution(path: str | os.PathLike, starter_path: str | os.PathLike | Non
                          "message": borrowed_message(f"imports {PACKAGE} (line {lineno}: `{line}`)")})
     module = load_module(path, name, source=source)
     if starter_path:
-        missing = missing_names(module, starter_path)
-        if missing:
-            raise LoadError({"verdict": RUNTIME, "message": "missing: " + "; ".join(missing), "missing": missing})
-        borrowed = borrowed_names(module, starter_path)
+        borrowed = borrowed_names(module, starter_path)     # first: a borrowed class refuses, whatever it lacks
         if borrowed:
             message = ("; ".join(borrowed) + ". Every function and class the exercise asks for must be defined in "
                        "the file you hand in (helpers it uses may live beside it).")
             if any(PACKAGE in b for b in borrowed):
                 message = borrowed_message(f"takes its answer from {PACKAGE} ({'; '.join(borrowed)})")
             raise LoadError({"verdict": REFUSED, "message": message, "borrowed": borrowed})
+        missing = missing_names(module, starter_path)
+        if missing:
+            raise LoadError({"verdict": RUNTIME, "message": "missing: " + "; ".join(missing), "missing": missing})
     return module
 
 

@@ -483,7 +483,8 @@ def test_safe_repr_is_bounded():
 # Tamper-proof verdicts: each attempt is rejected, or its verdict is not recorded
 
 REFERENCE_21 = (PRACTICE / "21_chained_block_hashes" / "solution.py").read_text()
-WRONG_21 = "def block_hashes(token_ids, block_size):\n    return []\n"
+WRONG_21 = ("def block_hashes(token_ids, block_size, known=()):\n"      # the right count, every hash wrong
+            "    return [bytes(32) for _ in range(len(known), len(token_ids) // block_size)]\n")
 
 
 def _judge_json(*args, workspace, **kwargs) -> dict:

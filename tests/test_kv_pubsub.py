@@ -324,7 +324,7 @@ def publish_all(pub: KVEventPublisher, batches: list[list], sub: KVEventSubscrib
 
 @pytest.mark.parametrize("use_replay", [True, False])
 def test_a_live_batch_delivered_twice_resets_nothing(use_replay, monkeypatch):
-    """ZeroMQ can deliver a message twice (a reconnect can): the same seq and bytes again on the live
+    """A batch can arrive twice (a subscriber connected to one publisher over two addresses): the same seq and bytes again on the live
     stream are a duplicate, not a restarted engine. With an 8-batch buffer a wrong reset would leave
     the index with the last 8 batches' blocks only."""
     import nano_engine.kv_pubsub as kv_pubsub

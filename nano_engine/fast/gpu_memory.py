@@ -1,8 +1,8 @@
 """gpu_memory.py: how many KV blocks fit on the GPU (vLLM's ``gpu_memory_utilization``).
 
 The KV pool is the one big allocation an engine makes, and the more of it there is, the more
-sequences run at once. nano-vllm sizes it from what the GPU has left (vLLM does the same with two
-differences, below):
+sequences run at once. nano-vllm sizes it from what the GPU has left (vLLM does the same, with
+the differences below):
 
 1. load the model;
 2. run one forward of the largest step the scheduler can build (``max_num_batched_tokens``
