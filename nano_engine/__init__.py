@@ -91,6 +91,7 @@ one exception happens only when asked for: the engine's imports of ``fast/`` (a 
   tools
     __main__.py        the command line: ``python -m nano_engine generate | hitrate | cluster | bench | events``
     bench.py           throughput of LLMEngine beside transformers' batched generate
+    deprecation.py     moved(): a name that moved to another module still imports from the old one, for one release
 
 Words. A *block* and a *page* are the same thing, a fixed run of token slots of KV memory: the
 engine's options and vLLM's side say ``block_size`` (``engine_config``, ``cache_manager``,

@@ -58,6 +58,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nano_engine import instances
+from nano_engine.deprecation import moved
 from nano_engine.instances import DECODE_MS_PER_TOKEN, PREFILL_TOKENS_PER_MS
 from nano_engine.routing import EVENT_POLICIES, POLICIES, RoutingPolicy, RoutingRequest, make_policy
 from nano_engine.traces import TOKENS_PER_ID, Trace, TraceRequest
@@ -689,11 +690,4 @@ def run_cluster(trace: Trace, config: ClusterConfig, *, progress: bool = False) 
         return cluster.run(trace, progress=progress)
 
 
-def __getattr__(name: str) -> Any:
-    if name == "TraceInstance":      # moved to nano_engine.instances; the old name works for one release
-        import warnings
-
-        warnings.warn("nano_engine.cluster.TraceInstance is deprecated and goes in the next release; use "
-                      "nano_engine.instances.TraceInstance", DeprecationWarning, stacklevel=2)
-        return instances.TraceInstance
-    raise AttributeError(f"module 'nano_engine.cluster' has no attribute {name!r}")
+__getattr__ = moved(__name__, {"TraceInstance": "nano_engine.instances"})   # the old name, for one release

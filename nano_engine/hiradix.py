@@ -61,29 +61,19 @@ identically, and does not sync load acknowledgements; 0.5.23 MIN-reduces both co
 from __future__ import annotations
 
 import heapq
-import importlib
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from nano_engine.checks import require_int
+from nano_engine.deprecation import moved
 from nano_engine.host_tier import LOAD_BACK_THRESHOLD, Copy, CopyEngine, HostKVPool, HostTier, as_host_tier
 from nano_engine.radix import Node, RadixCache, Tokens, _as_tokens
 
 __all__ = ["LOAD_BACK_THRESHOLD", "HiNode", "HiRadixCache", "TierMatch", "TierPeek"]
 
-_MOVED = {"TieredRadixCacheManager": "nano_engine.tiered_cache_manager",
-          "TierHandle": "nano_engine.tiered_cache_manager"}
-
-
-def __getattr__(name: str):
-    # The engine's manager moved to tiered_cache_manager.py; the old import works for one release.
-    # (Looked up by name, so that this data structure does not import the engine layer.)
-    if name in _MOVED:
-        warnings.warn(f"nano_engine.hiradix.{name} moved to {_MOVED[name]}; import it from there",
-                      DeprecationWarning, stacklevel=2)
-        return getattr(importlib.import_module(_MOVED[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# The engine's manager moved to tiered_cache_manager.py; the old import works for one release.
+__getattr__ = moved(__name__, {"TieredRadixCacheManager": "nano_engine.tiered_cache_manager",
+                               "TierHandle": "nano_engine.tiered_cache_manager"})
 
 
 class HiNode(Node):

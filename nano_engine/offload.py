@@ -53,30 +53,20 @@ toward ``store_threshold`` once per request, where 0.33.0 counts every offer.)
 from __future__ import annotations
 
 import enum
-import importlib
-import warnings
 from collections import OrderedDict
 from collections.abc import Collection, Hashable
 from dataclasses import dataclass
 
 from nano_engine.checks import require_int
+from nano_engine.deprecation import moved
 from nano_engine.host_tier import HostTier
 from nano_engine.kv_events import BlockRemoved, BlockStored, KVEvent
 
 __all__ = ["LookupResult", "OffloadingManager", "PrepareStoreOutput"]
 
-_MOVED = {"TieredHashedCacheManager": "nano_engine.tiered_cache_manager",
-          "HostLoad": "nano_engine.tiered_cache_manager"}
-
-
-def __getattr__(name: str):
-    # The engine's manager moved to tiered_cache_manager.py; the old import works for one release.
-    # (Looked up by name, so that this bookkeeping does not import the engine layer.)
-    if name in _MOVED:
-        warnings.warn(f"nano_engine.offload.{name} moved to {_MOVED[name]}; import it from there",
-                      DeprecationWarning, stacklevel=2)
-        return getattr(importlib.import_module(_MOVED[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# The engine's manager moved to tiered_cache_manager.py; the old import works for one release.
+__getattr__ = moved(__name__, {"TieredHashedCacheManager": "nano_engine.tiered_cache_manager",
+                               "HostLoad": "nano_engine.tiered_cache_manager"})
 
 
 class LookupResult(enum.Enum):

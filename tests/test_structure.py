@@ -83,3 +83,28 @@ def test_module_map_names_every_module():
     missing = [name for name, path in MODULES.items()
                if path.name != "__init__.py" and f"{path.name}" not in doc]
     assert not missing, f"modules missing from the module map in nano_engine/__init__.py: {missing}"
+
+
+def test_moved_names_warn_and_are_the_new_objects():
+    """The old import paths of moved names (one release) give the very object, with a DeprecationWarning."""
+    import importlib
+    import warnings
+
+    for old, name, new in [("nano_engine.hiradix", "TieredRadixCacheManager", "nano_engine.tiered_cache_manager"),
+                           ("nano_engine.offload", "TieredHashedCacheManager", "nano_engine.tiered_cache_manager"),
+                           ("nano_engine.cluster", "TraceInstance", "nano_engine.instances")]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            obj = getattr(importlib.import_module(old), name)
+        assert obj is getattr(importlib.import_module(new), name), f"{old}.{name} is not {new}.{name}"
+        assert [w.category for w in caught] == [DeprecationWarning], f"{old}.{name} must warn once"
+        assert new in str(caught[0].message), "the warning names the new module"
+
+
+def test_deprecation_doctest():
+    import doctest
+
+    import nano_engine.deprecation
+
+    result = doctest.testmod(nano_engine.deprecation)
+    assert result.failed == 0 and result.attempted > 0
