@@ -1,7 +1,7 @@
 """workloads.py: request streams with shared prefixes, and how much of them a prefix cache reuses.
 
 A prefix cache pays off only when requests share beginnings. Four shapes of sharing cover most
-real traffic (the book chapter's hit-rate study):
+real traffic (chapter 04 measures each):
 
 * **shared system prompt**: every request starts with the same long instructions;
 * **multi-turn conversations**: each turn's prompt is the whole conversation so far, so it extends
