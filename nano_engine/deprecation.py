@@ -25,11 +25,11 @@ def moved(module: str, names: Mapping[str, str]) -> Callable[[str], Any]:
     >>> cls.__module__, caught[0].category.__name__
     ('collections', 'DeprecationWarning')
     >>> str(caught[0].message)
-    'old.place.OrderedDict moved to collections; import it from there (the old name goes in the next release)'
+    'old.place.OrderedDict moved to collections.OrderedDict; import it from there (the old name goes in the next release)'
     """
     def __getattr__(name: str) -> Any:
         if name in names:
-            warnings.warn(f"{module}.{name} moved to {names[name]}; import it from there (the old name goes in "
+            warnings.warn(f"{module}.{name} moved to {names[name]}.{name}; import it from there (the old name goes in "
                           "the next release)", DeprecationWarning, stacklevel=2)
             return getattr(importlib.import_module(names[name]), name)
         raise AttributeError(f"module {module!r} has no attribute {name!r}")
