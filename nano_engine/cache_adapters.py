@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from nano_engine.cache_manager import CacheManager, PrefixMatch, RadixCacheManager, RadixHandle, SizeInfo
+from nano_engine.checks import require_int
 from nano_engine.sequence import Sequence
 
 if TYPE_CHECKING:
@@ -70,8 +71,7 @@ class _Adapter(CacheManager):
     pool: Any     # the structure (duck-typed), where the package's managers keep their BlockPool
 
     def __init__(self, structure: Any, num_blocks: int, block_size: int) -> None:
-        if not isinstance(block_size, int) or block_size < 1:
-            raise ValueError(f"block_size must be an integer >= 1, got {block_size!r}")
+        require_int("block_size", block_size)
         self.pool = structure
         self.num_blocks, self.block_size = num_blocks, block_size
         self.held: Counter[int] = Counter()    # block -> running sequences whose table lists it

@@ -45,6 +45,8 @@ def require_int(name: str, value: object, *, minimum: int = 1, maximum: int | No
                 optional: bool = False) -> int | None:
     """``value`` as an ``int`` if it is an integer in ``[minimum, maximum]`` (None too when
     ``optional``); else ``ValueError`` naming ``name`` and what it must be."""
+    if type(value) is int and value >= minimum and (maximum is None or value <= maximum):
+        return value   # the common case, checked first: hot paths (a pool's allocate) call this
     if optional and value is None:
         return None
     allowed = f"an integer >= {minimum}" if maximum is None else f"an integer in [{minimum}, {maximum}]"

@@ -58,6 +58,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nano_engine import instances
+from nano_engine.checks import require_int
 from nano_engine.deprecation import moved
 from nano_engine.instances import DECODE_MS_PER_TOKEN, PREFILL_TOKENS_PER_MS
 from nano_engine.routing import EVENT_POLICIES, POLICIES, RoutingPolicy, RoutingRequest, make_policy
@@ -104,8 +105,7 @@ class ClusterConfig:
 
     def __post_init__(self) -> None:
         def whole(name: str, value: Any, low: int) -> None:
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+            require_int(name, value, minimum=low)
 
         whole("instances", self.instances, 1)
         if self.router not in POLICIES:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from nano_engine.checks import require_int
 from nano_engine.cluster import Cluster, ClusterConfig, publishing, serve_commands
 from nano_engine.routing import EVENT_POLICIES, RoutingPolicy, RoutingRequest, make_policy
 
@@ -37,8 +38,7 @@ class EngineClusterConfig(ClusterConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not isinstance(self.block_size, int) or self.block_size < 1:
-            raise ValueError(f"block_size must be an int >= 1, got {self.block_size!r}")
+        require_int("block_size", self.block_size)
         if self.capacity_tokens % self.block_size:
             raise ValueError(f"capacity_tokens ({self.capacity_tokens}) must be a multiple of block_size "
                              f"({self.block_size})")

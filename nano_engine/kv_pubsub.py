@@ -86,6 +86,7 @@ from urllib.parse import urlsplit
 
 import zmq
 
+from nano_engine.checks import is_int, require, require_int
 from nano_engine.kv_events import KVEvent
 from nano_engine.kv_wire import WireError, decode_batch, encode_batch
 
@@ -168,10 +169,8 @@ class KVEventPublisher:
                  data_parallel_rank: int | None = None, context: zmq.Context | None = None) -> None:
         if not isinstance(topic, bytes):
             raise ValueError(f"topic must be bytes, got {topic!r}")
-        if not isinstance(buffer_steps, int) or buffer_steps < 1:
-            raise ValueError(f"buffer_steps must be an int >= 1, got {buffer_steps!r}")
-        if not isinstance(hwm, int) or hwm < 0:
-            raise ValueError(f"hwm must be an int >= 0 (0: no limit), got {hwm!r}")
+        require_int("buffer_steps", buffer_steps)
+        require(is_int(hwm) and hwm >= 0, "hwm", "an integer >= 0 (0: no limit)", hwm)
         if not 0.0 <= drop_rate <= 1.0:
             raise ValueError(f"drop_rate must be in [0, 1], got {drop_rate!r}")
         check_endpoint(endpoint)

@@ -28,6 +28,8 @@ ValueError: block 1 is freed 1 time(s) but holds 0 reference(s): it is not alloc
 from collections import Counter, deque
 from collections.abc import Sequence
 
+from nano_engine.checks import require_int
+
 
 def ceil_div(a: int, b: int) -> int:
     """``a / b`` rounded up, in integers: the blocks that ``a`` tokens need at ``b`` tokens a block.
@@ -51,9 +53,7 @@ class BlockPool:
     """
 
     def __init__(self, num_blocks: int) -> None:
-        if not isinstance(num_blocks, int) or num_blocks < 1:
-            raise ValueError(f"num_blocks must be an integer >= 1, got {num_blocks!r}")
-        self.num_blocks = num_blocks
+        self.num_blocks = require_int("num_blocks", num_blocks)
         self.ref_cnt: list[int] = [0] * num_blocks
         self.free_queue: deque[int] = deque(range(num_blocks))   # head is handed out first
 
@@ -84,8 +84,7 @@ class BlockPool:
 
     @staticmethod
     def _check_count(n: int) -> None:
-        if not isinstance(n, int) or n < 0:
-            raise ValueError(f"number of blocks to allocate must be an integer >= 0, got {n!r}")
+        require_int("number of blocks to allocate", n, minimum=0)
 
     def _check_block_id(self, b: int) -> None:
         if not isinstance(b, int) or not 0 <= b < self.num_blocks:

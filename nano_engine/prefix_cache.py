@@ -98,6 +98,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
+from nano_engine.checks import require_int
 from nano_engine.hashing import HashAlgo, HashFunction, make_hash_function, none_hash
 from nano_engine.kv_events import (
     FULL_ATTENTION_GROUP,
@@ -295,9 +296,7 @@ class PrefixCachingBlockPool(BlockPool):
         vllm: bool = False,
     ) -> None:
         super().__init__(num_blocks)
-        if not isinstance(block_size, int) or block_size < 1:
-            raise ValueError(f"block_size must be an integer >= 1, got {block_size!r}")
-        self.block_size = block_size
+        self.block_size = require_int("block_size", block_size)
         self.hash_algo = "builtin" if hash_algo is None else hash_algo
         self.uncached_first = uncached_first
         self._hash = make_hash_function(self.hash_algo, vllm=self.vllm)
@@ -712,9 +711,7 @@ class PrefixCachingBlockPool(BlockPool):
         self.cache_entry[b] = None
 
     def _check_max_tokens(self, max_tokens: int, n: int) -> int:
-        if not isinstance(max_tokens, int) or max_tokens < 0:
-            raise ValueError(f"max_tokens must be an integer >= 0, got {max_tokens!r}")
-        return min(max_tokens, n)
+        return min(require_int("max_tokens", max_tokens, minimum=0), n)
 
 
 class VllmPrefixCachingBlockPool(PrefixCachingBlockPool):

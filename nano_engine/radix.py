@@ -116,6 +116,8 @@ from typing import Any
 
 import numpy as np
 
+from nano_engine.checks import require_int
+
 Event = tuple[str, dict[str, Any]]
 Tokens = Sequence[int] | np.ndarray
 
@@ -358,8 +360,7 @@ class RadixCache:
 
     def __init__(self, page_size: int = 1, *, sglang: bool = False, numpy_min_run: object = None,
                  on_event: Callable[[Event], None] | None = None) -> None:
-        if not isinstance(page_size, int) or isinstance(page_size, bool) or page_size < 1:
-            raise ValueError(f"page_size must be an int >= 1, got {page_size!r}")
+        page_size = require_int("page_size", page_size)
         if numpy_min_run is not None:
             warnings.warn("RadixCache(numpy_min_run=...) is deprecated and ignored: runs are compared "
                           "as arrays (radix.common_len)", DeprecationWarning, stacklevel=2)

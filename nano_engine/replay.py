@@ -39,6 +39,7 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from nano_engine.checks import is_int, require, require_int
 from nano_engine.hiradix import LOAD_BACK_THRESHOLD, HiRadixCache
 from nano_engine.host_tier import CopyEngine, HostKVPool, HostTier
 from nano_engine.offload import LookupResult, OffloadingManager
@@ -144,12 +145,10 @@ class ReplayCache:
         if oversized not in OVERSIZED:
             raise ValueError(f"oversized must be one of {', '.join(OVERSIZED)}, got {oversized!r}")
         block_size = (1 if cache == "radix" else 16) if block_size is None else block_size
-        for name, value in (("block_size", block_size), ("key_tokens", key_tokens)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        block_size, key_tokens = require_int("block_size", block_size), require_int("key_tokens", key_tokens)
         for name, size in (("capacity", capacity_tokens), ("host capacity", host_capacity)):
-            if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 1):
-                raise ValueError(f"{name} must be a positive number of tokens or None (unlimited), got {size!r}")
+            require(size is None or (is_int(size) and size >= 1), name,
+                    "a positive number of tokens or None (unlimited)", size)
         self.cache, self.block_size, self.key_tokens, self.oversized = cache, block_size, key_tokens, oversized
         self.capacity_tokens, self.host_capacity = capacity_tokens, host_capacity
         self.write_policy = write_policy if host_capacity is not None else None
@@ -157,8 +156,7 @@ class ReplayCache:
         if self.capacity_blocks is not None and self.capacity_blocks < 1:
             raise ValueError(f"capacity {capacity_tokens} tokens holds no block of {block_size * key_tokens} tokens")
         self.requests = self.rejected = self.input_tokens = self.hit_tokens = self.host_hit_tokens = 0
-        if num_blocks is not None and (not isinstance(num_blocks, int) or num_blocks < 1):
-            raise ValueError(f"num_blocks must be an int >= 1 or None, got {num_blocks!r}")
+        require_int("num_blocks", num_blocks, optional=True)
         self.num_blocks, self.tokens_per_id = num_blocks, tokens_per_id
         if host_capacity is not None:
             self.side: _Side = self._tiered(load_back_threshold, bytes_per_token)

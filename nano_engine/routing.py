@@ -104,6 +104,7 @@ from collections.abc import Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from nano_engine.checks import require_int
 from nano_engine.kv_index import CPU, GPU, BlockIndex, prefix_runs
 from nano_engine.radix import RadixCache
 
@@ -187,9 +188,7 @@ class RoutingPolicy:
     uses_index = False      # does it read an index of the workers' KV events (then requests need block hashes)
 
     def __init__(self, num_workers: int, *, seed: int = 0) -> None:
-        if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 1:
-            raise ValueError(f"num_workers must be an int >= 1, got {num_workers!r}")
-        self.num_workers = num_workers
+        self.num_workers = require_int("num_workers", num_workers)
         self.loads = Loads.empty(num_workers)
         self.rng = random.Random(seed)
 
@@ -481,9 +480,7 @@ class LlmdPolicy(_IndexPolicy):
                  capacity_blocks: int = 1, tier_weights: Mapping[str, float] | None = None,
                  scorer_weights: Mapping[str, float] | None = None) -> None:
         super().__init__(num_workers, index, seed=seed)
-        if not isinstance(capacity_blocks, int) or capacity_blocks < 1:
-            raise ValueError(f"capacity_blocks must be an int >= 1, got {capacity_blocks!r}")
-        self.capacity_blocks = capacity_blocks
+        self.capacity_blocks = require_int("capacity_blocks", capacity_blocks)
         self.tier_weights = dict(TIER_WEIGHTS if tier_weights is None else tier_weights)
         self.scorer_weights = dict(LLMD_SCORER_WEIGHTS if scorer_weights is None else scorer_weights)
         unknown = set(self.scorer_weights) - set(LLMD_SCORER_WEIGHTS)

@@ -18,16 +18,13 @@ from dataclasses import dataclass
 
 import torch
 
+from nano_engine.checks import is_int, require_int
+
 MIN_TEMPERATURE = 1e-2
 """The smallest temperature besides 0. Dividing logits by less overflows float32 (1e-39 turns every
 logit into +-inf and the softmax into NaN). vLLM logs a warning and raises smaller values to the
 same 1e-2 (``vllm/sampling_params.py``, ``SamplingParams.__post_init__``, ``_MAX_TEMP``); here they
 are rejected instead: use 0 for greedy."""
-
-
-def _is_int(x: object) -> bool:
-    """An integer, NumPy's included, but not a bool."""
-    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 
 def _is_real(x: object) -> bool:
@@ -68,21 +65,20 @@ class SamplingParams:
 
     def validate(self) -> None:
         """Raise ValueError naming the first field outside its allowed values."""
-        if not _is_int(self.max_tokens) or self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
+        require_int("max_tokens", self.max_tokens)
         if not _is_real(self.temperature) or not (self.temperature == 0 or
                                                   MIN_TEMPERATURE <= self.temperature < math.inf):
             raise ValueError(f"temperature must be 0 (greedy) or a finite number >= {MIN_TEMPERATURE}, "
                              f"got {self.temperature!r}")
-        if self.top_k is not None and (not _is_int(self.top_k) or self.top_k < 0):
+        if self.top_k is not None and (not is_int(self.top_k) or self.top_k < 0):
             raise ValueError(f"top_k must be None, 0 (off) or a positive integer, got {self.top_k!r}")
         if not _is_real(self.top_p) or not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be a number in (0, 1], got {self.top_p!r}")
-        if self.seed is not None and (not _is_int(self.seed) or not 0 <= self.seed < 2**64):
+        if self.seed is not None and (not is_int(self.seed) or not 0 <= self.seed < 2**64):
             raise ValueError(f"seed must be None or an integer in [0, 2**64), got {self.seed!r}")
         if not isinstance(self.ignore_eos, bool):
             raise ValueError(f"ignore_eos must be True or False, got {self.ignore_eos!r}")
-        if not all(_is_int(t) and t >= 0 for t in self.stop_token_ids):
+        if not all(is_int(t) and t >= 0 for t in self.stop_token_ids):
             raise ValueError(f"stop_token_ids must be token ids (integers >= 0), got {self.stop_token_ids!r}")
         for name in ("lora_id", "cache_salt"):
             try:

@@ -34,6 +34,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from nano_engine.checks import require_int
+
 
 class TraceBlockPool:
     """``PrefixCachingBlockPool(num_blocks, block_size, uncached_first=True)`` (or ``vllm=True``),
@@ -41,8 +43,7 @@ class TraceBlockPool:
     docstring). ``serve(hash_ids, input_length)`` returns the hit tokens."""
 
     def __init__(self, num_blocks: int, block_size: int, *, vllm: bool = False, tokens_per_id: int = 512) -> None:
-        if not isinstance(num_blocks, int) or num_blocks < 1:
-            raise ValueError(f"num_blocks must be an int >= 1, got {num_blocks!r}")
+        require_int("num_blocks", num_blocks)
         if not isinstance(block_size, int) or block_size < 1 or tokens_per_id % block_size:
             raise ValueError(f"block_size must divide {tokens_per_id} (the tokens behind one hash id), got {block_size!r}")
         self.num_blocks, self.block_size = num_blocks, block_size

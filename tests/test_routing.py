@@ -324,7 +324,7 @@ def test_bad_arguments():
     (["--restart-instance", "4@3"], "no instance 4"),
     (["--restart-instance", "1-3"], "write K@T"),
     (["--capacity", "inf"], "finite"),
-    (["--capacity", "100"], "capacity_tokens must be an int >= 512"),
+    (["--capacity", "100"], "capacity_tokens must be an integer >= 512"),
     (["--drop-rate", "1"], "--drop-rate must be in [0, 1)"),
     (["--requests", "5", "--restart-router", "5"], "past the trace's last"),
     (["--trace", "no/such/file.jsonl"], "no such file"),

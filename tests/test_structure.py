@@ -108,3 +108,17 @@ def test_deprecation_doctest():
 
     result = doctest.testmod(nano_engine.deprecation)
     assert result.failed == 0 and result.attempted > 0
+
+
+def test_integer_options_are_checked_in_one_place():
+    """'``name`` must be an integer >= N' is said by ``checks.require_int`` only: a module that
+    writes the check by hand (``isinstance(x, int) ... raise ValueError("... must be an int >= 1")``)
+    drifts in wording and in what it accepts (a bool, a NumPy integer)."""
+    import re
+
+    by_hand = re.compile(r"must be an? (int|integer|positive int\w*)\b[^\"']*>=")
+    offenders = [f"{module}:{number}" for module, path in MODULES.items()
+                 if module not in ("nano_engine.checks", "nano_engine.tier_replay")   # tier_replay: a deprecated shim
+                 for number, line in enumerate(path.read_text().splitlines(), 1)
+                 if "Error(" in line and by_hand.search(line)]
+    assert not offenders, f"hand-written integer checks (use checks.require_int): {offenders}"

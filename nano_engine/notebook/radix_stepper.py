@@ -19,6 +19,7 @@ from typing import Any
 
 import graphviz
 
+from nano_engine.checks import require_int
 from nano_engine.notebook.stepper import Request, Step, _check_concurrent, _count, _schedule, _Stepper, encode_requests
 from nano_engine.notebook.viz import Tokenizer, draw_radix, format_slots, format_split, format_tokens
 from nano_engine.radix import RadixCache
@@ -215,8 +216,7 @@ class RadixStepper(_Stepper):
     def __init__(self, requests: Sequence[Request], page_size: int = 1, capacity: int | None = None,
                  tokenizer: Tokenizer | None = None, *, concurrent: int = 1,
                  make_tree: Callable[[], Any] | None = None) -> None:
-        if capacity is not None and (not isinstance(capacity, int) or capacity < 0):
-            raise ValueError(f"capacity must be an int >= 0 or None, got {capacity!r}")
+        require_int("capacity", capacity, minimum=0, optional=True)
         if make_tree is not None and page_size != 1:
             raise ValueError("make_tree: a tree of your own is stepped with page_size=1 only")
         self.requests = encode_requests(requests, tokenizer)

@@ -39,6 +39,7 @@ from typing import Any
 
 import graphviz
 
+from nano_engine.checks import require_int
 from nano_engine.notebook import static_html
 from nano_engine.notebook.viz import Tokenizer
 
@@ -332,6 +333,4 @@ def _count(n: int, word: str) -> str:
 
 
 def _check_concurrent(concurrent: int) -> int:
-    if not isinstance(concurrent, int) or concurrent < 1:
-        raise ValueError(f"concurrent must be an int >= 1, got {concurrent!r}")
-    return concurrent
+    return require_int("concurrent", concurrent)
