@@ -7,8 +7,11 @@ from __future__ import annotations
 import random
 import signal
 import sys
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
 
 from nano_engine.engine import LLMEngine
+from nano_engine.host_tier import CopyEngine
 
 MAX_TOKENS = 5
 
@@ -107,3 +110,23 @@ def serve_on(manager, request_id: int, tokens: list[int]) -> None:
     manager.cache(seq, len(tokens) - done)
     manager.free(seq)
     manager.begin_step()
+
+
+@contextmanager
+def failing_copies(fail_at: Collection[int]) -> Iterator[None]:
+    """Inside: the host tier's copy calls numbered in ``fail_at`` (counting from 1) raise
+    ``RuntimeError("injected copy failure")`` when issued, as a CUDA call does; the others copy."""
+    real = CopyEngine._copy_layer
+    calls = {"n": 0}
+
+    def flaky(self, layer, copy, to_host):
+        calls["n"] += 1
+        if calls["n"] in fail_at:
+            raise RuntimeError("injected copy failure")
+        return real(self, layer, copy, to_host)
+
+    CopyEngine._copy_layer = flaky                  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        CopyEngine._copy_layer = real              # type: ignore[method-assign]

@@ -18,11 +18,11 @@ import random
 import pytest
 import torch
 from copy_streams import POLICIES, deferred_copies
-from engine_helpers import MAX_TOKENS, assert_running_prefixes_intact
+from engine_helpers import MAX_TOKENS, assert_running_prefixes_intact, failing_copies
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from nano_engine.engine import SamplingParams
-from nano_engine.host_tier import WRITE_POLICIES, CopyEngine
+from nano_engine.host_tier import WRITE_POLICIES
 from nano_engine.model import generate
 
 
@@ -270,18 +270,8 @@ def test_random_runs_with_failing_deferred_copies(make_engine, tiny_model, promp
     chosen = [i for i in order if len(prompts[i]) + MAX_TOKENS <= num_blocks * 8]
     engine = make_engine(cache=cache, num_blocks=num_blocks, block_size=8, host_kv_tokens=num_blocks * 16,
                          write_policy=policy, max_num_batched_tokens=64, max_num_seqs=3)
-    real = CopyEngine._copy_layer
-    calls = {"n": 0}
-
-    def flaky(self, layer, copy, to_host):
-        calls["n"] += 1
-        if calls["n"] in fail_at:
-            raise RuntimeError("injected copy failure")
-        return real(self, layer, copy, to_host)
-
     outputs: dict[int, list[int]] = {}
-    CopyEngine._copy_layer = flaky                  # type: ignore[method-assign]
-    try:
+    with failing_copies(fail_at):
         with deferred_copies(engine, completion, seed=seed) as streams:
             ids = [engine.add_request(prompts[i], SamplingParams(max_tokens=MAX_TOKENS)) for i in chosen * 2]
             for _ in range(2000):
@@ -294,8 +284,6 @@ def test_random_runs_with_failing_deferred_copies(make_engine, tiny_model, promp
                     assert "injected" in str(e)
                 check_step(engine)
             assert not streams.hazards, streams.hazards[:3]
-    finally:
-        CopyEngine._copy_layer = real              # type: ignore[method-assign]
     assert [outputs[i] for i in ids] == [greedy(tiny_model, prompts[i], MAX_TOKENS) for i in chosen * 2]
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from engine_helpers import serve_on
+from engine_helpers import failing_copies, serve_on
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from nano_engine.hiradix import HiNode, HiRadixCache
@@ -262,20 +262,10 @@ def test_write_policies_move_different_bytes(policy):
     assert h.tree.match([1, 2, 3, 4, 5]).host_tokens == 4
 
 
-def test_a_failed_copy_stays_queued_and_is_retried(monkeypatch):
+def test_a_failed_copy_stays_queued_and_is_retried():
     h = Harness(device_pages=4, host_pages=8, policy="write_through")
     h.serve([1, 2, 3, 4])
-    real = CopyEngine._copy_layer
-    calls = {"n": 0}
-
-    def flaky(self, layer, copy, to_host):
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise RuntimeError("injected copy failure")
-        return real(self, layer, copy, to_host)
-
-    monkeypatch.setattr(CopyEngine, "_copy_layer", flaky)
-    with pytest.raises(RuntimeError, match="injected"):
+    with failing_copies({2}), pytest.raises(RuntimeError, match="injected"):
         h.copies.start_stores()
     (node,) = h.tree.root.children.values()
     assert node.in_flight and node.lock_ref == 1 and h.copies.bytes_written == 0

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from engine_helpers import MAX_TOKENS, assert_running_prefixes_intact
+from engine_helpers import MAX_TOKENS, assert_running_prefixes_intact, failing_copies
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from nano_engine.engine import SamplingParams
-from nano_engine.host_tier import WRITE_POLICIES, CopyEngine
+from nano_engine.host_tier import WRITE_POLICIES
 from nano_engine.model import generate
 
 
@@ -113,18 +113,8 @@ def test_random_runs_with_failing_copies(make_engine, prompts, reference, eos, c
     chosen = [i for i in order if len(prompts[i]) + MAX_TOKENS <= num_blocks * 8]
     engine = make_engine(cache=cache, num_blocks=num_blocks, block_size=8, host_kv_tokens=num_blocks * 16,
                          write_policy=policy, eos_token_id=eos, max_num_batched_tokens=64, max_num_seqs=3)
-    real = CopyEngine._copy_layer
-    calls = {"n": 0}
-
-    def flaky(self, layer, copy, to_host):
-        calls["n"] += 1
-        if calls["n"] in fail_at:
-            raise RuntimeError("injected copy failure")
-        return real(self, layer, copy, to_host)
-
     params = SamplingParams(max_tokens=MAX_TOKENS)
-    CopyEngine._copy_layer = flaky                  # type: ignore[method-assign]
-    try:
+    with failing_copies(fail_at):
         for _ in range(2):
             for i in chosen:
                 engine.add_request(prompts[i], params)
@@ -139,8 +129,6 @@ def test_random_runs_with_failing_copies(make_engine, prompts, reference, eos, c
             except RuntimeError as e:
                 assert "injected" in str(e)
             check_step(engine)
-    finally:
-        CopyEngine._copy_layer = real              # type: ignore[method-assign]
     want = [reference[i] for i in chosen] * 2
     assert [outputs[r] for r in sorted(outputs)] == want
 
