@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
+from nano_engine.checks import require_int
 from nano_engine.prefix_cache import PrefixCachingBlockPool
 from nano_engine.replay import ReplayCache, method_cache
 from nano_engine.routing import RoutingPolicy, RoutingRequest
@@ -80,11 +81,10 @@ class SimulatedInstance:
 
     def __init__(self, method: Method = 16, capacity: int = 1 << 15, *, work_per_tick: int = 4096,
                  decode_work: int = 256) -> None:
-        if work_per_tick < 1 or decode_work < 0:
-            raise ValueError(f"need work_per_tick >= 1 and decode_work >= 0, got {work_per_tick}, {decode_work}")
+        self.work_per_tick = require_int("work_per_tick", work_per_tick)
+        self.decode_work = require_int("decode_work", decode_work, minimum=0)
         cache, block_size = method_cache(method)
         self.cache = ReplayCache(cache, capacity, block_size=block_size)
-        self.work_per_tick, self.decode_work = work_per_tick, decode_work
         self.queue: deque[list] = deque()   # [request id, prompt, work left or None if not started]
         self.stats = InstanceStats()
 

@@ -75,16 +75,23 @@ def prefix_runs(index: BlockIndex, block_hashes: Sequence[Hashable],
                 workers: Iterable[Any]) -> dict[Any, list[frozenset[str]]]:
     """Per worker, the media of each block of its prefix: the longest run from ``block_hashes[0]``
     of blocks the worker holds in any medium (the module docstring: llm-d's rule)."""
-    runs: dict[Any, list[frozenset[str]]] = {w: [] for w in workers}
+    return {w: [frozenset(media) for media in run] for w, run in _runs(index.workers_for, block_hashes, workers).items()}
+
+
+def _runs(holders_of: Callable[[Hashable], Mapping[Any, Collection[str]]], block_hashes: Sequence[Hashable],
+          workers: Iterable[Any]) -> dict[Any, list[Collection[str]]]:
+    """``prefix_runs`` over a lookup ``block hash -> {worker: media}``; the media are the lookup's
+    own collections (``KVBlockIndex.match`` reads its map without copying it)."""
+    runs: dict[Any, list[Collection[str]]] = {w: [] for w in workers}
     alive = set(runs)
     for h in block_hashes:
         if not alive:
             break
-        holders = index.workers_for(h)
+        holders = holders_of(h)
         for w in list(alive):
             media = holders.get(w)
             if media:
-                runs[w].append(frozenset(media))
+                runs[w].append(media)
             else:
                 alive.discard(w)
     return runs
@@ -179,7 +186,7 @@ class KVBlockIndex:
         worker is in the result, ``(0, 0, 0)`` when it holds not even the first block.
         """
         result = {}
-        for w, run in prefix_runs(self, block_hashes, self._counts).items():
+        for w, run in _runs(lambda h: self._holders.get(h, {}), block_hashes, self._counts).items():
             gpu = sum(GPU in media for media in run)
             cpu = sum(GPU not in media and CPU in media for media in run)
             result[w] = PrefixMatch(gpu, cpu, len(run) - gpu - cpu)

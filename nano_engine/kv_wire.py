@@ -199,15 +199,18 @@ def _to_wire(event: KVEvent) -> _BlockStored | _BlockRemoved | _AllBlocksCleared
     raise TypeError(f"not a KV event: {event!r}")
 
 
-def _tuples(value: Any) -> Any:
-    """msgpack arrays back to tuples, all the way down (extra keys are hashable tuples)."""
-    return tuple(_tuples(v) for v in value) if isinstance(value, (list, tuple)) else value
+def _tuples(value: Any, depth: int = 0) -> Any:
+    """msgpack arrays back to tuples, all the way down (extra keys are hashable tuples); WireError
+    past ``MAX_DEPTH`` levels, checked on the way down (so the recursion stays shallow)."""
+    if not isinstance(value, (list, tuple)):
+        return value
+    if depth >= MAX_DEPTH:
+        raise WireError(f"extra_keys nest deeper than {MAX_DEPTH} levels (vLLM's are at most 3)")
+    return tuple(_tuples(v, depth + 1) for v in value)
 
 
 def _extra_keys_back(keys: list | None) -> list | None:
-    if keys is None:
-        return None
-    return [_tuples(k) for k in _extra_keys(keys)]
+    return None if keys is None else [_tuples(k) for k in keys]
 
 
 def _from_wire(event: _BlockStored | _BlockRemoved | _AllBlocksCleared) -> KVEvent:

@@ -312,15 +312,18 @@ class ApproxTreePolicy(RoutingPolicy):
         if balance_abs_threshold < 0 or balance_rel_threshold < 1:
             raise ValueError(f"need balance_abs_threshold >= 0 and balance_rel_threshold >= 1, got "
                              f"{balance_abs_threshold} and {balance_rel_threshold}")
-        if tree_capacity is not None and tree_capacity < 1:
-            raise ValueError(f"tree_capacity must be >= 1 or None, got {tree_capacity}")
+        require_int("tree_capacity", tree_capacity, optional=True)
         self.cache_threshold = cache_threshold
         self.balance_abs_threshold, self.balance_rel_threshold = balance_abs_threshold, balance_rel_threshold
         self.tree_capacity = tree_capacity
         self.event_index = event_index
-        self.uses_index = event_index is not None
         self.trees = [RadixCache() for _ in range(num_workers)]
         self.reasons: Counter[str] = Counter()
+
+    @property
+    def uses_index(self) -> bool:  # type: ignore[override]
+        """With an ``event_index`` the policy reads KV events (requests need block hashes)."""
+        return self.event_index is not None
 
     def is_imbalanced(self) -> bool:
         """SGLang's rule: both the absolute and the relative gap are over their thresholds."""
@@ -359,8 +362,8 @@ class ApproxTreePolicy(RoutingPolicy):
         if self.event_index is None:
             return [tree.match_length(request.tokens) for tree in self.trees]
         usable = (request.num_tokens - 1) // request.block_size
-        runs = prefix_runs(self.event_index, request.block_hashes, range(self.num_workers))
-        return [min(gpu_overlap(runs[w]), usable) * request.block_size for w in range(self.num_workers)]
+        runs = prefix_runs(self.event_index, request.block_hashes[:usable], range(self.num_workers))
+        return [gpu_overlap(runs[w]) * request.block_size for w in range(self.num_workers)]
 
     def cached_sizes(self, block_size: int = 1) -> list[int]:
         """Per worker, the tokens it is believed to cache: its tree's size, or (with an index) its
