@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from nano_engine.host_tier import fits_cache
-from nano_engine.replay import ReplayResult, replay_workload
+from nano_engine.replay import ReplayResult, method_cache, replay_workload
 from nano_engine.traces import (
     TOKENS_PER_ID,
     check_block_size,
@@ -153,7 +153,7 @@ class HitRateStudy:
                         results.append(replace(device_only, host_capacity_tokens=0))
                         for host in self.host_capacities:
                             for policy in self.write_policies:
-                                if not fits_cache("radix" if method == "radix" else "hashed", policy):
+                                if not fits_cache(method_cache(method)[0], policy):
                                     continue
                                 results.append(replay_workload(w, method, capacity, host_capacity=host,
                                                                write_policy=policy, name=name))

@@ -77,15 +77,15 @@ WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
 """
 
 STORE_THRESHOLDS: dict[str, int | None] = {"write_through": 1, "write_through_selective": 2, "write_back": None}
+"""The write policy as the number of times a page must be offered (inserted, or used by a request)
+before it is stored: SGLang's ``write_through_threshold``, vLLM's ``store_threshold``. None: only at
+eviction (write-back)."""
 
 
 def fits_cache(cache: str, write_policy: str) -> bool:
     """Can a host tier with ``write_policy`` sit under ``cache``? Not write-back under the hashed
     pool: vLLM's offloading stores blocks as they fill, never at eviction."""
     return cache == "radix" or STORE_THRESHOLDS[write_policy] is not None
-"""The write policy as the number of times a page must be offered (inserted, or used by a request)
-before it is stored: SGLang's ``write_through_threshold``, vLLM's ``store_threshold``. None: only at
-eviction (write-back)."""
 
 LOAD_BACK_THRESHOLD = 10
 """Shortest host hit worth loading, in tokens (SGLang 0.5.9 ``HiRadixCache.load_back_threshold``)."""
@@ -376,7 +376,6 @@ class CopyEngine:
         self.device_kv, self.host = device_kv, host
         self.layerwise = layerwise    # False: the forward waits for whole loads (attention without wait_layer)
         self.bandwidth = bandwidth or BandwidthModel()
-        self.cuda = device_kv is not None and device_kv.device.type == "cuda"
         self._streams: Streams | None = None
         self.submitted: list[Copy] = []
         self.started: list[Copy] = []
@@ -389,12 +388,11 @@ class CopyEngine:
         if self.device_kv is not None or self.in_flight():
             raise ValueError("this copy engine has its device cache already")
         self.device_kv, self.layerwise = device_kv, layerwise
-        self.cuda = device_kv.device.type == "cuda"
 
     @property
     def streams(self) -> Streams | None:
         """The streams copies run on; None: synchronous copies (CPU)."""
-        if self._streams is None and self.cuda and self.device_kv is not None:
+        if self._streams is None and self.device_kv is not None and self.device_kv.device.type == "cuda":
             self._streams = CudaStreams(self.device_kv.device)
         return self._streams
 

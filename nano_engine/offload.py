@@ -53,6 +53,7 @@ toward ``store_threshold`` once per request, where 0.33.0 counts every offer.)
 from __future__ import annotations
 
 import enum
+import itertools
 from collections import OrderedDict
 from collections.abc import Collection, Hashable
 from dataclasses import dataclass
@@ -159,7 +160,8 @@ class OffloadingManager:
         protected = set(keys)
         victims = []
         if short > 0:
-            victims = [k for k, b in self.blocks.items() if b.ref_cnt == 0 and k not in protected][:short]
+            victims = list(itertools.islice((k for k, b in self.blocks.items()   # LRU first; stop at `short`
+                                             if b.ref_cnt == 0 and k not in protected), short))
             if len(victims) < short:
                 return None
         for k in victims:

@@ -157,7 +157,7 @@ class ReplayCache:
             raise ValueError(f"capacity {capacity_tokens} tokens holds no block of {block_size * key_tokens} tokens")
         self.requests = self.rejected = self.input_tokens = self.hit_tokens = self.host_hit_tokens = 0
         require_int("num_blocks", num_blocks, optional=True)
-        self.num_blocks, self.tokens_per_id = num_blocks, tokens_per_id
+        self.num_blocks = num_blocks
         if host_capacity is not None:
             self.side: _Side = self._tiered(load_back_threshold, bytes_per_token)
         elif cache == "radix":

@@ -44,7 +44,7 @@ class TraceBlockPool:
 
     def __init__(self, num_blocks: int, block_size: int, *, vllm: bool = False, tokens_per_id: int = 512) -> None:
         require_int("num_blocks", num_blocks)
-        if not isinstance(block_size, int) or block_size < 1 or tokens_per_id % block_size:
+        if require_int("block_size", block_size) and tokens_per_id % block_size:
             raise ValueError(f"block_size must divide {tokens_per_id} (the tokens behind one hash id), got {block_size!r}")
         self.num_blocks, self.block_size = num_blocks, block_size
         self.blocks_per_id = tokens_per_id // block_size

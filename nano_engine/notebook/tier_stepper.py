@@ -30,7 +30,7 @@ class _TierRun:
         self.requests, self.page_size, self.tokenizer = requests, page_size, tokenizer
         self.events: list[tuple[str, dict]] = []
         self.device = BlockPool(device_tokens // page_size)     # the device pool, in pages
-        self.host = HostKVPool(tier.tokens // page_size, page_size)
+        self.host = HostKVPool(tier.num_pages(page_size), page_size)
         self.tree = HiRadixCache(page_size, host=self.host, copies=CopyEngine(None, self.host), tier=tier,
                                  on_event=self.events.append)
         self.hits = self.queries = 0
@@ -241,8 +241,7 @@ class TierStepper(_Stepper):
         for i, tokens in enumerate(self.requests):
             if ceil_div(len(tokens), page_size) * page_size > device_tokens:
                 raise ValueError(f"request {i} has {len(tokens)} tokens; the device pool holds {device_tokens}")
-        self.device_tokens, self.host_tokens, self.page_size = device_tokens, host_tokens, page_size
-        self.write_policy, self.load_back_threshold, self.tokenizer = write_policy, load_back_threshold, tokenizer
+        self.device_tokens, self.page_size, self.tokenizer = device_tokens, page_size, tokenizer
         super().__init__()
 
     @property
@@ -266,6 +265,6 @@ class TierStepper(_Stepper):
                                  device_capacity=self.device_tokens)
 
     def _intro(self) -> str:
-        return (f"empty tree; device pool {self.device_tokens} tokens, host pool {self.host_tokens} tokens, "
-                f"{self.write_policy}; {len(self.requests)} requests to run, one at a time")
+        return (f"empty tree; device pool {self.device_tokens} tokens, host pool {self.tier.tokens} tokens, "
+                f"{self.tier.write_policy}; {len(self.requests)} requests to run, one at a time")
 
