@@ -395,18 +395,14 @@ def verify_records(workspace: Path, only: Exercise | None = None, timeout: float
         _start_zygote(recorded)   # before the first judging: the tests' libraries, imported once
     tampered = _practice_changes()
     rows = []
-    for ex in find_exercises():
-        if only is not None and ex.number != only.number:
-            continue
+    for ex in recorded:
         record = _record(status, ex)
-        if record is None:
-            continue
         path = ex.workspace_file(workspace)
         changed = []
         unreadable = file_problem(path)
         if unreadable is not None:
             changed.append(f"{path.name} {unreadable}")
-        elif _digest(path) != record.get("sha256") or record.get("file_sha256", record.get("sha256")) != _digest(path):
+        elif (digest := _digest(path)) != record.get("sha256") or record.get("file_sha256", record.get("sha256")) != digest:
             changed.append("your file changed since it was recorded")
         if record.get("tests_sha256") != _sha(ex.tests.read_bytes()):
             changed.append("recorded against another test.py than the shipped one")
@@ -565,8 +561,17 @@ WORKED_KEY = "problem.md#worked-examples"   # the seal's key of an exercise's wo
 
 def examples_sha(ex: Exercise) -> str:
     """The hash of the worked examples (they judge too): not of problem.md, whose prose may change."""
-    spec = worked_example_spec(ex)
+    return _examples_digest(worked_example_spec(ex))
+
+
+def _examples_digest(spec: dict | None) -> str:
+    """``examples_sha`` of a ``worked_example_spec`` already read."""
     return _sha(json.dumps(spec["examples"] if spec else [], sort_keys=True).encode("utf-8"))
+
+
+def _examples_key(ex: Exercise) -> str:
+    """The seal's key for an exercise's worked examples."""
+    return f"{ex.name}/{WORKED_KEY}"
 
 
 def seal_entries(root: Path = PRACTICE) -> dict[str, str]:
@@ -574,7 +579,7 @@ def seal_entries(root: Path = PRACTICE) -> dict[str, str]:
     worked examples (``NN_name/problem.md#worked-examples``)."""
     entries = {p.relative_to(root).as_posix(): _sha(p.read_bytes()) for p in sealed_files(root)}
     for ex in find_exercises(root):
-        entries[f"{ex.name}/{WORKED_KEY}"] = examples_sha(ex)
+        entries[_examples_key(ex)] = examples_sha(ex)
     return entries
 
 
@@ -648,14 +653,14 @@ def judge_file(ex: Exercise, path: str | os.PathLike, *, examples_only: bool = F
     judged: dict[str, str | bool] = {"file_sha256": file_sha, "tests_sha256": _sha(tests_bytes),
                                      "runner_sha256": _sha(runner_bytes), "proxy_sha256": _sha(proxy_bytes),
                                      "runner": "isolated" if isolated else "in-child"}
-    judged["examples_sha256"] = examples_sha(ex)
+    worked = worked_example_spec(ex)
+    judged["examples_sha256"] = _examples_digest(worked)
     judged["sealed"] = (seal.get(_seal_key(ex.tests)) == judged["tests_sha256"]
                         and seal.get("runner.py") == judged["runner_sha256"]
                         and seal.get("proxy.py") == judged["proxy_sha256"]
-                        and seal.get(f"{ex.folder.name}/{WORKED_KEY}") == judged["examples_sha256"])
+                        and seal.get(_examples_key(ex)) == judged["examples_sha256"])
     base = {"exercise": ex.number, "title": ex.title, "file": str(path),
             "mode": "examples" if examples_only else "all", "timeout": timeout, "judged": judged}
-    worked = worked_example_spec(ex)
     names = runner.list_test_names(ex.tests, examples_only=examples_only, worked=worked is not None)
     if only is not None:
         names = [n for n in names if n in only]
@@ -1146,7 +1151,7 @@ def check_exercise(ex: Exercise, timeout: float = DEFAULT_TIMEOUT, mutate: bool 
     seal = load_seal(ex.folder.parent)
     if ex.folder.parent == PRACTICE and seal.get(_seal_key(ex.tests)) != _sha(ex.tests.read_bytes()):
         problems.append("test.py is not sealed as it is: run `python practice/judge.py seal` after editing it")
-    if ex.folder.parent == PRACTICE and seal.get(f"{ex.name}/{WORKED_KEY}") != examples_sha(ex):
+    if ex.folder.parent == PRACTICE and seal.get(_examples_key(ex)) != examples_sha(ex):
         problems.append("the worked examples of problem.md are not sealed as they are: run "
                         "`python practice/judge.py seal` after editing them")
     result = {"exercise": ex.number, "title": ex.title, "ok": not problems, "problems": problems,

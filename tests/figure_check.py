@@ -428,19 +428,21 @@ def check_chapter(path: Path) -> list[Finding]:
         for step in (-1, 1):
             j = i + step
             while 0 <= j < len(cells) and code[j] is not None:
-                out.append(code[j])
+                out.append(j)
                 j += step
         return out
 
+    inputs_of = {j: _run_inputs(src) for j, src in enumerate(code) if src is not None}
     findings: list[Finding] = []
     current, sub = "", ""
     for i, cell in enumerate(cells):
         if cell["cell_type"] != "markdown":
             continue
-        beside = runs_beside(i)
+        near = runs_beside(i)
+        beside = [code[j] for j in near]
         unchecked_run = any(RUN.search(src) and "predict(" not in src and ".reveal(" not in src and not _has_check(src)
                             for src in beside)
-        set_up_with = [x for src in beside for x in _run_inputs(src)]
+        set_up_with = [x for j in near for x in inputs_of[j]]
         for heading, text in sections(self_test_span("".join(cell["source"])), current):
             if heading != current:
                 current, sub = heading, ""
@@ -452,10 +454,7 @@ def check_chapter(path: Path) -> list[Finding]:
             if heading == "Try it":
                 answers = "".join(ANSWERS.findall(text))
                 question = ANSWERS.sub(" ", text)
-                for figure, where in prose_figures(question):
-                    if not (tried.covers_figure(figure) or any(_same(figure.value, x) for x in inputs)):
-                        findings.append(Finding(name, i, "figure", figure.text, where, heading, sub))
-                for figure, where in prose_figures(answers):
+                for figure, where in prose_figures(question) + prose_figures(answers):
                     if not (tried.covers_figure(figure) or any(_same(figure.value, x) for x in inputs)):
                         findings.append(Finding(name, i, "figure", figure.text, where, heading, sub))
                 for kind, words, sentence in prose_claims(answers):
