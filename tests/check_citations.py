@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import json
 import re
 import subprocess
@@ -213,16 +214,8 @@ class Release:
         return self.add + path.removeprefix(self.strip)
 
     def read(self, path: str) -> str | None:
-        inner = self._inner(path)
-        if self.archive.suffix == ".whl":
-            with zipfile.ZipFile(self.archive) as z:
-                return z.read(inner).decode() if inner in z.namelist() else None
-        with tarfile.open(self.archive) as t:
-            for member in t.getmembers():
-                if member.name.split("/", 1)[-1] == inner:
-                    f = t.extractfile(member)
-                    return f.read().decode() if f else None
-        return None
+        """The text of ``path`` (a repository path) in the release, or None; each file is read once."""
+        return _read_archive(self.archive, self._inner(path))
 
     def paths(self) -> list[str]:
         """Every file of the release, as a repository path (the form the chapters cite)."""
@@ -284,19 +277,29 @@ def open_releases(releases: dict, folder: Path) -> dict[str, Release | None]:
     return opened
 
 
+@functools.cache
+def _read_archive(archive: Path, inner: str) -> str | None:
+    if archive.suffix == ".whl":
+        with zipfile.ZipFile(archive) as z:
+            return z.read(inner).decode() if inner in z.namelist() else None
+    with tarfile.open(archive) as t:
+        for member in t.getmembers():
+            if member.name.split("/", 1)[-1] == inner:
+                f = t.extractfile(member)
+                return f.read().decode() if f else None
+    return None
+
+
 def check_pins(releases: dict, cites: dict[Citation, str], opened: dict[str, Release | None]) -> int:
     """The table of every citation at its pinned release; the number missing there."""
     rows, misses = [], 0
-    texts: dict[tuple[str, str], str | None] = {}
     for c in sorted(cites, key=lambda c: (c.project, c.path, c.symbol or "")):
         release, spec = opened[cites[c]], releases[cites[c]]
         label = spec.get("package", spec.get("note", "unpinned"))
         if release is None:
             rows.append((c, label, "not checked (unpinned)"))
             continue
-        if (cites[c], c.path) not in texts:
-            texts[(cites[c], c.path)] = release.read(c.path)
-        text = texts[(cites[c], c.path)]
+        text = release.read(c.path)
         if text is None:
             status = "MISSING FILE"
         elif c.symbol is None:
