@@ -445,9 +445,9 @@ class _TieredPool(_Side):
             offload.complete_load(keys)
             self.bytes_loaded += len(keys) * self.bytes_per_block
         table = gpu + fresh
-        before = set(pool.hash_to_blocks)
+        stored = pool.block_hashes(tokens[:used * size])
+        offered = hashes[:len(gpu)] + [h for h in stored if h not in pool.hash_to_blocks]   # asked before caching them
         pool.cache_blocks(tokens, table, min(len(tokens), used * size))
-        offered = hashes[:len(gpu)] + [h for h in pool.block_hashes(tokens[:used * size]) if h not in before]
         out = offload.prepare_store(offered)
         if out is not None:
             offload.complete_store(out.keys_to_store)
