@@ -7,7 +7,8 @@ compared or stored, so reading the list is a floor of our insert that SGLang's d
 
 This script loads that tool by path and replays its Mooncake workload (the conversation trace's
 first requests, unlimited capacity, pages of 1 and 16) three ways, in one process, alternating:
-SGLang's tree; ours fed lists (as the tool does); ours fed ``array('Q')`` keys (SGLang's form).
+SGLang's tree; ours fed lists (as the tool does); ours fed ``array('Q')`` keys (SGLang's form,
+``array('q')``, unsigned: the typecode our tree stores).
 It also times ``array.fromlist`` alone over the same lists: the price of reading them once.
 Printed: µs per call of match and insert (median of ``--reps`` passes, gc off), and ours ÷ SGLang.
 

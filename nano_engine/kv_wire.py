@@ -78,8 +78,9 @@ from nano_engine.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, K
 EVENT_TAGS = ("BlockStored", "BlockRemoved", "AllBlocksCleared")
 _MIN_INT, _MAX_INT = -(1 << 63), (1 << 64) - 1       # what a msgpack int holds
 MAX_DEPTH = 32
-"""How deep ``extra_keys`` may nest (vLLM's own are at most 3 deep: ``("mm", identifier, offset)`` in a
-block's tuple); deeper ones are refused both ways, before they can exhaust a consumer's stack."""
+"""How deep a block's ``extra_keys`` entry may nest (vLLM 0.33's are at most 2 deep: a block's tuple of
+strings and ``(identifier, offset)`` pairs, ``kv_cache_utils.to_event_extra_keys``); deeper ones are
+refused both ways, before they can exhaust a consumer's stack."""
 
 
 class WireError(ValueError):
@@ -166,7 +167,7 @@ def _depth(value: Any, limit: int = MAX_DEPTH) -> int:
 
 def _extra_keys(keys: Any) -> Any:
     if keys is not None and _depth(keys, MAX_DEPTH + 1) > MAX_DEPTH + 1:   # + 1: the list of per-block entries
-        raise WireError(f"extra_keys nest deeper than {MAX_DEPTH} levels (vLLM's are at most 3)")
+        raise WireError(f"extra_keys nest deeper than {MAX_DEPTH} levels (vLLM's are at most 2)")
     return keys
 
 
@@ -205,7 +206,7 @@ def _tuples(value: Any, depth: int = 0) -> Any:
     if not isinstance(value, (list, tuple)):
         return value
     if depth >= MAX_DEPTH:
-        raise WireError(f"extra_keys nest deeper than {MAX_DEPTH} levels (vLLM's are at most 3)")
+        raise WireError(f"extra_keys nest deeper than {MAX_DEPTH} levels (vLLM's are at most 2)")
     return tuple(_tuples(v, depth + 1) for v in value)
 
 
